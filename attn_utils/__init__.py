@@ -1,0 +1,26 @@
+"""attn_utils — the small numpy package shared by every chapter of *Attention, Derived*.
+
+Modules are named for what they hold:
+
+* :mod:`attn_utils.softmax` — softmax, log-softmax, entropy, the softmax Jacobian
+* :mod:`attn_utils.attention` — scaled dot-product attention, masks, the query Jacobian
+* :mod:`attn_utils.multihead` — split/merge heads, projections, multi-head attention
+* :mod:`attn_utils.checks` — assertions that print one verdict line; Monte Carlo moments
+* :mod:`attn_utils.plotting` — the book's figure style and an attention heatmap
+* :mod:`attn_utils.book` — glue computed numbers into the prose
+"""
+from .attention import (attention_query_jacobian, attention_scores, causal_mask, default_scale,
+                        scaled_dot_product_attention)
+from .checks import MonteCarloMoments, check, check_allclose, check_bound, mc_moments
+from .multihead import init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
+from .plotting import PALETTE, attention_heatmap, figure, use_book_style
+from .softmax import entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core, softmax_jacobian
+
+__all__ = [
+    "attention_query_jacobian", "attention_scores", "causal_mask", "default_scale",
+    "scaled_dot_product_attention", "MonteCarloMoments", "check", "check_allclose", "check_bound",
+    "mc_moments", "init_mha_params", "merge_heads", "mha_param_count", "multi_head_attention",
+    "split_heads", "entropy", "jacobian_frobenius_sq", "log_softmax", "softmax", "softmax_core",
+    "softmax_jacobian", "PALETTE", "attention_heatmap", "figure", "use_book_style",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,115 @@
+"""Softmax, its logarithm, entropy and Jacobian.
+
+The ``*_core`` functions are written with ``autograd.numpy`` so the training
+code can differentiate through them; the public functions validate their
+arguments first and then call the same core, so there is one implementation.
+"""
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+
+from .validation import as_float_array
+
+
+def softmax_core(x, axis: int = -1, mask=None):
+    """Max-subtracted softmax without argument checks (autograd-friendly).
+
+    ``mask`` is boolean, ``True`` = keep; it must broadcast against ``x``.
+    Entries equal to ``-inf`` count as masked. A row with nothing left returns
+    all zeros (not NaN): it contributes nothing to an attention output.
+    """
+    keep = anp.isfinite(x) if mask is None else (mask & anp.isfinite(x))
+    safe = anp.where(keep, x, 0.0)
+    big = anp.max(anp.where(keep, safe, -anp.inf), axis=axis, keepdims=True)
+    big = anp.where(anp.isfinite(big), big, 0.0)
+    e = anp.where(keep, anp.exp(safe - big), 0.0)
+    total = anp.sum(e, axis=axis, keepdims=True)
+    return e / anp.where(total > 0, total, 1.0)
+
+
+def _mask_for(name: str, mask, x: np.ndarray) -> np.ndarray:
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"{name} must be a boolean array (True = keep), received dtype {mask.dtype}")
+    try:
+        np.broadcast_shapes(mask.shape, x.shape)
+    except ValueError:
+        raise ValueError(f"{name} of shape {mask.shape} does not broadcast to logits of shape {x.shape}") from None
+    if np.broadcast_shapes(mask.shape, x.shape) != x.shape:
+        raise ValueError(f"{name} of shape {mask.shape} would enlarge logits of shape {x.shape}")
+    return mask
+
+
+def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
+    """Numerically stable softmax along ``axis``.
+
+    Parameters
+    ----------
+    x : array (..., n, ...)
+        Logits. ``-inf`` is allowed and means "masked"; NaN and ``+inf`` raise.
+    axis : int
+        Axis along which the probabilities sum to 1.
+    mask : bool array broadcastable to ``x``, optional
+        ``True`` where an entry may receive probability.
+
+    Returns
+    -------
+    p : array, same shape as ``x``
+        Rows sum to 1, except rows with every entry masked, which are all zeros
+        (documented choice: such a query attends to nothing).
+    """
+    x = as_float_array("x", x, allow_neg_inf=True)
+    if mask is not None:
+        mask = _mask_for("mask", mask, x)
+    return softmax_core(x, axis=axis, mask=mask)
+
+
+def log_softmax(x, axis: int = -1) -> np.ndarray:
+    """``log(softmax(x))`` computed without forming ``softmax`` (no log of 0 for large gaps).
+
+    x : (..., n) logits; returns the same shape.
+    """
+    x = as_float_array("x", x)
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def entropy(p, axis: int = -1) -> np.ndarray:
+    """Shannon entropy in nats of probability vectors along ``axis``; ``0 log 0 = 0``.
+
+    p : (..., n) probabilities; returns (...).
+    """
+    p = as_float_array("p", p)
+    if (p < 0).any():
+        raise ValueError(f"p must be non-negative; received minimum {p.min():.3g} in shape {p.shape}")
+    logp = np.log(np.where(p > 0, p, 1.0))
+    return -np.sum(p * logp, axis=axis)
+
+
+def softmax_jacobian(p) -> np.ndarray:
+    """Jacobian of softmax at output ``p``: ``J = diag(p) - p pᵀ``.
+
+    ``J[..., i, j] = ∂p_i/∂z_j = p_i (δ_ij - p_j)``.
+
+    p : (..., n) probability vectors (non-negative, summing to 1)
+    returns : (..., n, n)
+    """
+    p = as_float_array("p", p)
+    if (p < 0).any() or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-6):
+        raise ValueError(f"p must be probability vectors along the last axis (non-negative, summing to 1); shape {p.shape}")
+    return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
+
+
+def jacobian_frobenius_sq(p) -> np.ndarray:
+    """Closed form ‖diag(p) − p pᵀ‖_F² = Σp² − 2Σp³ + (Σp²)².
+
+    p : (..., n); returns (...).
+    """
+    p = as_float_array("p", p)
+    s2 = np.sum(p**2, axis=-1)
+    return s2 - 2 * np.sum(p**3, axis=-1) + s2**2
+
+
+__all__ = ["softmax", "softmax_core", "log_softmax", "entropy", "softmax_jacobian",
+           "jacobian_frobenius_sq"]

@@ -1,0 +1,121 @@
+"""Structure of the book: every chapter is listed, executed cleanly, and follows the chapter contract.
+
+These checks read files only; nbval (run with ``--nbval``) re-executes the notebooks.
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.ipynb"))
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def toc_entries() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc)
+    return [toc["root"], *files]
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def markdown(nb: dict) -> str:
+    return "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no chapter notebooks found in chapters/"
+
+
+def test_toc_lists_every_chapter_and_only_existing_pages():
+    entries = toc_entries()
+    for nb in CHAPTERS:
+        assert str(nb.relative_to(ROOT).with_suffix("")) in entries, f"{nb.name} is missing from _toc.yml"
+    for entry in entries:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".ipynb", ".md")), f"_toc.yml lists missing {entry}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_executed_top_to_bottom_without_errors(path):
+    nb = load(path)
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    counts = [c["execution_count"] for c in code]
+    assert counts == list(range(1, len(code) + 1)), f"execution counts {counts}: restart and run all"
+    for i, cell in enumerate(code):
+        for out in cell["outputs"]:
+            assert out["output_type"] != "error", f"code cell {i} has an error output"
+            text = "".join(out.get("text", ""))
+            assert "Traceback" not in text and "✗" not in text, f"code cell {i} printed a failure"
+        # nbval executes without input history, so IPython cannot see a trailing ";" and the
+        # suppressed value reappears as an output that differs from the committed one.
+        last = "".join(cell["source"]).rstrip().splitlines()[-1]
+        assert not last.rstrip().endswith(";"), f"code cell {i} ends with ';': assign to _ instead"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_contract(path):
+    """The parts every chapter must have (BOOK_SPEC.md, "the chapter contract")."""
+    nb = load(path)
+    md = markdown(nb)
+    first = "".join(nb["cells"][0]["source"])
+    title = re.search(r"^# (.+)$", first, flags=re.M)
+    assert title, "the first cell must hold the chapter title (the question)"
+    assert re.search(r"^\(ch-[a-z0-9-]+\)=", first, flags=re.M), "the first cell needs a (ch-...)= label"
+    assert CJK.search(first), "the question must also be stated in Chinese in the first cell"
+    assert "Short answer" in md, "missing the Short answer admonition"
+    assert re.search(r"\{prf:(theorem|proposition|lemma)\}", md) and "{prf:proof}" in md, "missing theorem + proof"
+    assert re.search(r"\$\$ \(eq-[a-z0-9-]+\)", md), "missing a numbered equation"
+    assert "## When it breaks" in md and "## Common wrong answers" in md
+    assert len(re.findall(r"\{exercise\}", md)) >= 2, "need at least two follow-up exercises"
+    assert len(re.findall(r"\{solution\}", md)) >= 2, "every exercise needs a solution"
+    assert "{footbibliography}" in md and "{footcite}" in md, "missing citations / references section"
+    figures = [c for c in nb["cells"] if c.get("metadata", {}).get("mystnb", {}).get("figure")]
+    assert figures, "need at least one captioned figure (cell metadata mystnb.figure)"
+    for cell in figures:
+        name = cell["metadata"]["mystnb"]["figure"].get("name")
+        assert name and cell["metadata"]["mystnb"]["figure"].get("caption"), "figures need a name and a caption"
+        assert f"{{numref}}`{name}`" in md, f"figure {name} is never referenced from the text"
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert re.search(r"au\.check(_bound|_allclose)?\(", code), "a chapter must assert its claims with attn_utils checks"
+    assert "default_rng(" in code, "randomness must come from a seeded generator"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_glue_keys_exist(path):
+    """Every glued number the prose uses is produced by the same notebook."""
+    nb = load(path)
+    used = set(re.findall(r"\{glue:(?:text|)\}`([^`:]+)", markdown(nb)))
+    produced = set()
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            key = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if key:
+                produced.add(key)
+    assert used <= produced, f"glue keys used but never produced: {sorted(used - produced)}"
+
+
+def test_intro_question_index_links_every_chapter():
+    intro = (ROOT / "intro.md").read_text(encoding="utf-8")
+    for path in CHAPTERS:
+        label = re.search(r"^\((ch-[a-z0-9-]+)\)=", "".join(load(path)["cells"][0]["source"]), flags=re.M).group(1)
+        assert f"<{label}>" in intro, f"intro question index does not link {label}"

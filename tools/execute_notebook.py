@@ -1,0 +1,34 @@
+"""Execute chapter notebooks in place, top to bottom, in a fresh kernel.
+
+Usage: python tools/execute_notebook.py chapters/01_dot_product_variance.ipynb [...]
+
+Run this before committing a notebook: the committed outputs are what nbval
+re-runs and compares, and what the website shows. Prints the time each took.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+
+def execute(path: Path, timeout: int = 300) -> float:
+    nb = nbformat.read(path, as_version=4)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    start = time.perf_counter()
+    # Run from the notebook's folder so relative paths behave as in Jupyter Lab.
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    elapsed = time.perf_counter() - start
+    nbformat.write(nb, path)
+    return elapsed
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    for arg in sys.argv[1:]:
+        print(f"{execute(Path(arg)):6.1f} s  {arg}", flush=True)
