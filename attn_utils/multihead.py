@@ -51,8 +51,11 @@ def init_mha_params(rng: np.random.Generator, d_model: int, h: int, d_k: int | N
 
 def mha_param_count(d_model: int, h: int, d_k: int | None = None, d_v: int | None = None) -> int:
     """Number of weights in the four projections (no biases): ``2·d·h·d_k + 2·d·h·d_v``."""
-    d_k = d_model // h if d_k is None else d_k
-    d_v = d_model // h if d_v is None else d_v
+    d_model, h = positive_int("d_model", d_model), positive_int("h", h)
+    if (d_k is None or d_v is None) and d_model % h:
+        raise ValueError(f"d_model={d_model} must be divisible by h={h} when d_k/d_v are not given")
+    d_k = d_model // h if d_k is None else positive_int("d_k", d_k)
+    d_v = d_model // h if d_v is None else positive_int("d_v", d_v)
     return 2 * d_model * h * d_k + 2 * d_model * h * d_v
 
 

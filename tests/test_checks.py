@@ -1,0 +1,169 @@
+"""Tests for attn_utils.checks: every check prints one verdict line and can fail."""
+import math
+
+import numpy as np
+import pytest
+
+from attn_utils import MonteCarloMoments, check, check_allclose, check_bound, mc_moments
+
+
+# ---------------------------------------------------------------- check
+
+def test_check_passes_prints_and_returns_float(capsys):
+    out = check("Var(q·k)/d_k", np.float64(1.003), 1, 0.05)
+    assert type(out) is float and out == 1.003
+    assert capsys.readouterr().out == "Var(q·k)/d_k = 1.003 (theory 1, tol 0.05)  ✓\n"
+
+
+def test_check_fails_outside_tolerance(capsys):
+    with pytest.raises(AssertionError, match=r"check failed: x = 1\.06 \(theory 1, tol 0\.05\)"):
+        check("x", 1.06, 1.0, 0.05)
+    assert capsys.readouterr().out.strip().endswith("✗")
+
+
+def test_check_tolerance_is_inclusive_and_symmetric():
+    check("edge", 1.5, 1.0, 0.5)
+    check("below", 0.96, 1.0, 0.05)
+    with pytest.raises(AssertionError):
+        check("below", 0.94, 1.0, 0.05)
+
+
+def test_check_relative(capsys):
+    check("rel", 104.0, 100.0, 0.05, rel=True)
+    assert "rel tol 0.05" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="rel tol"):
+        check("rel", 106.0, 100.0, 0.05, rel=True)
+    # an absolute tol of 0.05 would have rejected 104
+    with pytest.raises(AssertionError):
+        check("abs", 104.0, 100.0, 0.05)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_check_rejects_non_finite(bad):
+    with pytest.raises(AssertionError):
+        check("nonfinite", bad, 0.0, 1e300)
+
+
+def test_check_format_spec(capsys):
+    check("pi", math.pi, 3.14, 0.01, fmt=".6f")
+    assert capsys.readouterr().out.startswith("pi = 3.141593 (theory 3.140000")
+
+
+# ---------------------------------------------------------------- check_bound
+
+def test_check_bound_passes_and_prints(capsys):
+    assert check_bound("λ_max", 0.25, upper=0.5) == 0.25
+    assert capsys.readouterr().out == "λ_max = 0.25 (expected ≤ 0.5)  ✓\n"
+    check_bound("both", 0.3, lower=0.0, upper=0.5)
+    assert capsys.readouterr().out == "both = 0.3 (expected ≥ 0 and ≤ 0.5)  ✓\n"
+
+
+def test_check_bound_fails_above_upper(capsys):
+    with pytest.raises(AssertionError, match=r"check failed: λ_max = 0\.6 \(expected ≤ 0\.5\)"):
+        check_bound("λ_max", 0.6, upper=0.5)
+    assert capsys.readouterr().out.strip().endswith("✗")
+
+
+def test_check_bound_fails_below_lower():
+    with pytest.raises(AssertionError, match="≥ 0"):
+        check_bound("eig_min", -1e-3, lower=0.0)
+    with pytest.raises(AssertionError):
+        check_bound("both", 0.7, lower=0.0, upper=0.5)
+    with pytest.raises(AssertionError):
+        check_bound("both", -0.1, lower=0.0, upper=0.5)
+
+
+def test_check_bound_rejects_nan_and_needs_a_bound():
+    with pytest.raises(AssertionError):
+        check_bound("nan", float("nan"), upper=1.0)
+    with pytest.raises(ValueError, match="upper, lower or both"):
+        check_bound("nothing", 1.0)
+
+
+def test_check_bound_inclusive():
+    check_bound("edge", 0.5, upper=0.5, lower=0.5)
+
+
+# ---------------------------------------------------------------- check_allclose
+
+def test_check_allclose_passes_and_prints(capsys):
+    a = np.array([1.0, 2.0, 3.0])
+    d = check_allclose("J vs autograd", a, a + 1e-13, atol=1e-12)
+    assert d == pytest.approx(1e-13, rel=1e-2)
+    line = capsys.readouterr().out
+    assert line.startswith("J vs autograd: max |difference| = 1.0e-13 (atol 1e-12, rtol 1e-07)")
+    assert line.strip().endswith("✓")
+
+
+def test_check_allclose_fails_on_difference(capsys):
+    with pytest.raises(AssertionError, match=r"check failed: J: max \|difference\| = 1\.0e-03"):
+        check_allclose("J", np.zeros(3), np.array([0.0, 1e-3, 0.0]), atol=1e-6)
+    assert capsys.readouterr().out.strip().endswith("✗")
+
+
+def test_check_allclose_fails_on_shape_mismatch():
+    # no silent broadcasting of (3,) against (1, 3)
+    with pytest.raises(AssertionError, match="shapes differ"):
+        check_allclose("shape", np.zeros(3), np.zeros((1, 3)))
+
+
+def test_check_allclose_default_rtol_can_fail():
+    with pytest.raises(AssertionError):
+        check_allclose("rtol", np.array([1.0]), np.array([1.0 + 1e-6]))
+    check_allclose("rtol", np.array([1.0]), np.array([1.0 + 1e-8]))
+
+
+# ---------------------------------------------------------------- Monte Carlo moments
+
+def test_mc_moments_exact_small_sample():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    m = mc_moments(x)
+    assert isinstance(m, MonteCarloMoments) and m.n == 4
+    assert m.mean == 2.5
+    assert m.var == pytest.approx(5 / 3, rel=1e-15)  # unbiased (n − 1)
+    assert m.mean_halfwidth == pytest.approx(1.96 * math.sqrt((5 / 3) / 4), rel=1e-15)
+    assert m.var_halfwidth >= 0  # m4 − var² < 0 here: clipped, never NaN
+    y = np.array([0.0, 0.0, 0.0, 0.0, 10.0])  # mean 2, var 80/4 = 20, m4 = (4·16 + 8⁴)/5 = 832
+    my = mc_moments(y)
+    assert my.var == pytest.approx(20.0, rel=1e-15)
+    assert my.var_halfwidth == pytest.approx(1.96 * math.sqrt((832 - 20**2) / 5), rel=1e-14)
+
+
+def test_mc_moments_z_and_axis():
+    rng = np.random.default_rng(40)
+    x = rng.normal(size=(50, 3))
+    m1, m3 = mc_moments(x, z=1.0), mc_moments(x, z=3.0)
+    np.testing.assert_allclose(m3.mean_halfwidth, 3 * m1.mean_halfwidth, rtol=1e-15)
+    np.testing.assert_allclose(m3.var_halfwidth, 3 * m1.var_halfwidth, rtol=1e-15)
+    mt = mc_moments(x.T, axis=1)
+    np.testing.assert_allclose(mt.mean, m1.mean, rtol=1e-15)
+    np.testing.assert_allclose(mt.var, x.var(axis=0, ddof=1), rtol=1e-14)
+    with pytest.raises(ValueError, match="at least 2 draws"):
+        mc_moments(np.ones((1, 4)))
+
+
+def test_mc_moments_cis_cover_truth_exponential():
+    # Exponential(scale 2): mean 2, variance 4, fourth central moment 9·2⁴ = 144.
+    rng = np.random.default_rng(41)
+    x = rng.exponential(scale=2.0, size=(200_000,))
+    m = mc_moments(x, z=3.0)
+    assert abs(m.mean - 2.0) <= m.mean_halfwidth
+    assert abs(m.var - 4.0) <= m.var_halfwidth
+    # the var half-width estimates z·sqrt((μ4 − σ⁴)/N) = 3·sqrt(128/N)
+    assert m.var_halfwidth == pytest.approx(3 * math.sqrt(128 / x.size), rel=0.1)
+    # a normal-theory half-width sqrt(2σ⁴/N) would be too narrow by a factor 2 for this heavy tail
+    assert m.var_halfwidth > 1.8 * 3 * math.sqrt(2 * 16 / x.size)
+
+
+def test_mc_moments_coverage_rate_normal():
+    # Over many independent experiments the 95 % CIs cover the true mean and variance ≈ 95 % of the time.
+    rng = np.random.default_rng(42)
+    x = rng.normal(loc=1.0, scale=3.0, size=(400, 2000))  # 2000 experiments of 400 draws
+    m = mc_moments(x, axis=0)
+    cover_mean = np.mean(np.abs(m.mean - 1.0) <= m.mean_halfwidth)
+    cover_var = np.mean(np.abs(m.var - 9.0) <= m.var_halfwidth)
+    # binomial SE of a 95 % rate over 2000 trials ≈ 0.5 %
+    assert 0.93 <= cover_mean <= 0.97, cover_mean
+    assert 0.92 <= cover_var <= 0.97, cover_var
+    # and a CI that is too narrow would be caught: half the width covers far less
+    assert np.mean(np.abs(m.var - 9.0) <= m.var_halfwidth / 2) < 0.8

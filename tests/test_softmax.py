@@ -1,0 +1,291 @@
+"""Unit and property tests for attn_utils.softmax."""
+import math
+
+import autograd
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+
+from attn_utils import (entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core,
+                        softmax_jacobian)
+
+PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
+
+
+def naive_softmax(x):
+    """Textbook softmax of a 1-D vector, in exact-ish float arithmetic (small logits only)."""
+    e = np.array([math.exp(v) for v in x])
+    return e / e.sum()
+
+
+def finite_logits(max_n=8, bound=30.0):
+    return arrays(np.float64, array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
+                  elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False))
+
+
+def prob_vectors(max_n=8):
+    """Probability vectors from bounded logits (so some entries can be tiny)."""
+    return finite_logits(max_n=max_n, bound=10.0).map(lambda x: softmax(x))
+
+
+# ---------------------------------------------------------------- softmax values
+
+def test_rows_sum_to_one_and_match_naive():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4, 5, 7))
+    p = softmax(x)
+    assert p.shape == x.shape
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(p[2, 3], naive_softmax(x[2, 3]), rtol=1e-14, atol=0)
+
+
+def test_axis_argument():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(3, 6))
+    np.testing.assert_allclose(softmax(x, axis=0), softmax(x.T).T, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(softmax(x, axis=0).sum(axis=0), 1.0, atol=1e-14)
+
+
+def test_exact_value_1_1_2():
+    p = softmax(np.array([1.0, 1.0, 2.0]))
+    assert p.max() == pytest.approx(math.e / (2 + math.e), rel=1e-15, abs=0)
+    assert p.max() == pytest.approx(0.5761168847658291, rel=1e-15, abs=0)
+    assert p[0] == pytest.approx(1 / (2 + math.e), rel=1e-15, abs=0)
+
+
+def test_exact_value_1_2_10():
+    p = softmax([1.0, 2.0, 10.0])
+    expected = 1 / (1 + math.exp(-9) + math.exp(-8))
+    assert p[2] == pytest.approx(expected, rel=1e-15, abs=0)
+    assert p[2] == pytest.approx(0.999541338035342, rel=1e-14, abs=0)
+
+
+def test_float64_saturates_exactly_at_a_100():
+    # x = (a, a, 2a): the max weight is 1/(1 + 2 e^{-a}); for a = 100 the
+    # correction 2e^{-100} ≈ 7e-44 is far below float64 resolution.
+    a = 100.0
+    p = softmax(np.array([a, a, 2 * a]))
+    assert p[2] == 1.0
+    # for a = 1 it is not saturated and equals the closed form
+    p1 = softmax(np.array([1.0, 1.0, 2.0]))
+    assert p1[2] == pytest.approx(1 / (1 + 2 * math.exp(-1)), rel=1e-15, abs=0)
+
+
+def test_softmax_not_sharpened():
+    # the temperature is exactly 1: log p_i - log p_j = x_i - x_j
+    x = np.array([0.0, 0.5, 3.0, -2.0])
+    p = softmax(x)
+    np.testing.assert_allclose(np.log(p) - np.log(p[0]), x - x[0], rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("big", [1e4, -1e4])
+def test_no_overflow_for_huge_logits(big):
+    x = np.array([[big, 0.0, big - 1.0], [big, big, big]])
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        p = softmax(x)
+    assert np.all(np.isfinite(p))
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, atol=1e-15)
+    np.testing.assert_allclose(p[1], 1 / 3, rtol=1e-15)
+    if big > 0:
+        np.testing.assert_allclose(p[0], [1 / (1 + math.exp(-1)), 0.0, math.exp(-1) / (1 + math.exp(-1))],
+                                   rtol=1e-14, atol=0)
+
+
+def test_shift_invariance_large_shift():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(5, 9))
+    np.testing.assert_allclose(softmax(x + 1e3), softmax(x), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(softmax(x - 7.5), softmax(x), rtol=1e-13, atol=1e-16)
+
+
+# ---------------------------------------------------------------- masks
+
+def test_mask_true_keeps():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    mask = np.array([True, False, True, False])
+    p = softmax(x, mask=mask)
+    np.testing.assert_array_equal(p[~mask], 0.0)
+    np.testing.assert_allclose(p[mask], naive_softmax(x[mask]), rtol=1e-15)
+
+
+def test_neg_inf_counts_as_masked():
+    x = np.array([1.0, -np.inf, 3.0, 0.5])
+    p = softmax(x)
+    assert p[1] == 0.0
+    np.testing.assert_allclose(p, softmax(np.array([1.0, 0.0, 3.0, 0.5]), mask=np.isfinite(x)), rtol=1e-15)
+    np.testing.assert_allclose(p.sum(), 1.0, atol=1e-15)
+
+
+def test_mask_and_neg_inf_combine():
+    x = np.array([[-np.inf, 1.0, 2.0], [0.0, 1.0, 2.0]])
+    mask = np.array([True, True, False])  # broadcasts over rows
+    p = softmax(x, mask=mask)
+    np.testing.assert_allclose(p[0], [0.0, 1.0, 0.0], atol=0)
+    np.testing.assert_allclose(p[1, :2], naive_softmax([0.0, 1.0]), rtol=1e-15)
+    assert p[1, 2] == 0.0
+
+
+def test_fully_masked_rows_are_zeros():
+    x = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [-np.inf, -np.inf, -np.inf]])
+    mask = np.array([[True, True, True], [False, False, False], [True, True, True]])
+    with np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        p = softmax(x, mask=mask)
+    assert np.all(np.isfinite(p))
+    np.testing.assert_array_equal(p[1], 0.0)
+    np.testing.assert_array_equal(p[2], 0.0)
+    np.testing.assert_allclose(p[0].sum(), 1.0, atol=1e-15)
+
+
+def test_masked_entries_do_not_influence_kept_ones():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 6))
+    mask = rng.random((3, 6)) < 0.6
+    mask[:, 0] = True
+    y = np.where(mask, x, rng.normal(scale=100, size=x.shape))
+    np.testing.assert_allclose(softmax(x, mask=mask), softmax(y, mask=mask), rtol=1e-14, atol=0)
+
+
+# ---------------------------------------------------------------- log-softmax, entropy
+
+def test_log_softmax_equals_log_of_softmax():
+    rng = np.random.default_rng(4)
+    x = rng.normal(scale=3, size=(6, 8))
+    np.testing.assert_allclose(log_softmax(x), np.log(softmax(x)), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(log_softmax(x, axis=0), np.log(softmax(x, axis=0)), rtol=1e-13, atol=1e-13)
+
+
+def test_log_softmax_finite_for_large_gaps():
+    x = np.array([0.0, 2000.0])
+    ls = log_softmax(x)
+    np.testing.assert_allclose(ls, [-2000.0, 0.0], rtol=1e-15, atol=0)
+    with np.errstate(divide="ignore", under="ignore"):
+        assert np.log(softmax(x))[0] == -np.inf  # the naive route loses it
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 64])
+def test_entropy_uniform_is_log_n(n):
+    assert entropy(np.full(n, 1.0 / n)) == pytest.approx(math.log(n), rel=1e-14, abs=1e-15)
+
+
+def test_entropy_one_hot_is_zero_and_batched():
+    p = np.eye(4)
+    np.testing.assert_array_equal(entropy(p), np.zeros(4))
+    q = np.array([[0.5, 0.5, 0.0], [0.25, 0.25, 0.5]])
+    np.testing.assert_allclose(entropy(q), [math.log(2), 1.5 * math.log(2)], rtol=1e-15)
+
+
+# ---------------------------------------------------------------- Jacobian
+
+def central_fd_jacobian(f, x, h=1e-6):
+    n = x.size
+    cols = []
+    for j in range(n):
+        e = np.zeros(n)
+        e[j] = h
+        cols.append((f(x + e) - f(x - e)) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_jacobian_matches_autograd_and_finite_differences(seed):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(scale=2, size=7)
+    p = softmax(x)
+    J = softmax_jacobian(p)
+    J_auto = autograd.jacobian(softmax_core)(x)
+    np.testing.assert_allclose(J, J_auto, rtol=0, atol=1e-14)
+    J_fd = central_fd_jacobian(softmax, x)
+    np.testing.assert_allclose(J, J_fd, rtol=0, atol=1e-9)
+    # the closed form, entry by entry: J_ij = p_i (δ_ij − p_j)
+    i, j = 2, 5
+    assert J[i, j] == pytest.approx(-p[i] * p[j], rel=1e-14)
+    assert J[i, i] == pytest.approx(p[i] * (1 - p[i]), rel=1e-14)
+
+
+def test_jacobian_structure():
+    rng = np.random.default_rng(5)
+    p = softmax(rng.normal(scale=2, size=(10, 6)))
+    J = softmax_jacobian(p)
+    np.testing.assert_allclose(J, np.swapaxes(J, -1, -2), rtol=0, atol=1e-16)
+    np.testing.assert_allclose(J.sum(axis=-1), 0.0, atol=1e-15)
+    eig = np.linalg.eigvalsh(J)
+    assert eig.min() >= -1e-14
+    assert eig.max() <= 0.5 + 1e-14
+    # two equal halves achieve the 1/2 bound
+    assert np.linalg.eigvalsh(softmax_jacobian([0.5, 0.5])).max() == pytest.approx(0.5, rel=1e-14)
+
+
+def test_jacobian_batched_shapes():
+    rng = np.random.default_rng(6)
+    p = softmax(rng.normal(size=(2, 3, 5)))
+    J = softmax_jacobian(p)
+    assert J.shape == (2, 3, 5, 5)
+    np.testing.assert_allclose(J[1, 2], softmax_jacobian(p[1, 2]), rtol=0, atol=0)
+    np.testing.assert_allclose(J[1, 2], autograd.jacobian(softmax_core)(np.log(p[1, 2])), rtol=0, atol=1e-14)
+
+
+def test_jacobian_rejects_non_probabilities():
+    with pytest.raises(ValueError, match="probability"):
+        softmax_jacobian([0.5, 0.6])
+    with pytest.raises(ValueError, match="probability"):
+        softmax_jacobian([1.5, -0.5])
+
+
+def test_frobenius_closed_form_matches_norm():
+    rng = np.random.default_rng(7)
+    p = softmax(rng.normal(scale=1.5, size=(20, 9)))
+    expected = np.linalg.norm(softmax_jacobian(p), axis=(-2, -1)) ** 2
+    np.testing.assert_allclose(jacobian_frobenius_sq(p), expected, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 100])
+def test_frobenius_uniform(n):
+    p = np.full(n, 1.0 / n)
+    assert math.sqrt(jacobian_frobenius_sq(p)) == pytest.approx(math.sqrt(1 / n - 1 / n**2), rel=1e-12, abs=1e-15)
+    assert np.linalg.norm(softmax_jacobian(p)) == pytest.approx(math.sqrt(1 / n - 1 / n**2), rel=1e-12, abs=1e-15)
+
+
+# ---------------------------------------------------------------- properties
+
+@PROPS
+@given(finite_logits())
+def test_prop_rows_sum_to_one(x):
+    p = softmax(x)
+    assert np.all(p >= 0)
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=0, atol=1e-12)
+
+
+@PROPS
+@given(finite_logits(), st.floats(-1e3, 1e3, allow_nan=False))
+def test_prop_shift_invariance(x, c):
+    np.testing.assert_allclose(softmax(x + c), softmax(x), rtol=0, atol=1e-12)
+
+
+@PROPS
+@given(finite_logits(bound=10.0))
+def test_prop_log_ratio_is_logit_difference(x):
+    # temperature exactly 1: log p_i − log p_0 = x_i − x_0 (bounded logits so no p underflows)
+    lp = log_softmax(x)
+    np.testing.assert_allclose(lp - lp[..., :1], x - x[..., :1], rtol=0, atol=1e-11)
+    np.testing.assert_allclose(np.log(softmax(x)), lp, rtol=0, atol=1e-11)
+
+
+@PROPS
+@given(prob_vectors())
+def test_prop_jacobian_symmetric_psd_zero_row_sums(p):
+    J = softmax_jacobian(p)
+    assert J.shape == p.shape + p.shape[-1:]
+    np.testing.assert_allclose(J, np.swapaxes(J, -1, -2), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(J.sum(axis=-1), 0.0, rtol=0, atol=1e-14)
+    eig = np.linalg.eigvalsh(J)
+    assert eig.min() >= -1e-13
+    assert eig.max() <= 0.5 + 1e-13
+    np.testing.assert_allclose(jacobian_frobenius_sq(p), np.sum(J**2, axis=(-2, -1)), rtol=1e-10, atol=1e-15)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(arrays(np.float64, st.integers(1, 6), elements=st.floats(-10, 10, allow_nan=False)))
+def test_prop_jacobian_equals_autograd(x):
+    np.testing.assert_allclose(softmax_jacobian(softmax(x)), autograd.jacobian(softmax_core)(x), rtol=0, atol=1e-13)
