@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test lab execute execute-all clean
+.PHONY: html pdf test check-site lab execute execute-all clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -26,10 +26,15 @@ html: $(STAMP)
 pdf: $(STAMP)
 	$(BIN)/jupyter-book build . --builder pdflatex -W -n --keep-going
 	@! grep -n "Missing character" _build/latex/*.log || (echo "LaTeX dropped glyphs (see above)"; exit 1)
+	@if [ -d _build/html ]; then cp _build/latex/attention-derived.pdf _build/html/; fi
 	@echo "PDF: $(CURDIR)/_build/latex/attention-derived.pdf"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-current-env
+
+# After make html: the site works offline (assets local, math rendered by headless Chromium).
+check-site: $(STAMP)
+	$(BIN)/python -m pytest -p no:xdist -q tests/test_site.py
 
 lab: $(STAMP)
 	$(BIN)/python -m pip install --quiet jupyterlab
