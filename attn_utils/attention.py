@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .softmax import softmax_core, softmax_jacobian
+from .softmax import softmax_inplace, softmax_jacobian
 from .validation import as_float_array, check_axis_size, check_same_leading, positive_int, positive_scalar
 
 
@@ -49,7 +49,8 @@ def attention_scores(q, k, scale: float | None = None) -> np.ndarray:
     """
     q, k, _ = _check_qkv(q, k, None)
     scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
-    return scale * (q @ np.swapaxes(k, -1, -2))
+    # Scaling q (n_q·d_k numbers) is cheaper than scaling the (n_q, n_k) product.
+    return (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
 
 
 def _check_mask(mask, scores_shape):
@@ -90,7 +91,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None)
     scores = attention_scores(q, k, scale)
     if mask is not None:
         mask = _check_mask(mask, scores.shape)
-    weights = softmax_core(scores, axis=-1, mask=mask)
+    weights = softmax_inplace(scores, axis=-1, mask=mask)  # scores is ours to overwrite
     return weights @ v, weights
 
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from attn_utils.softmax import softmax_inplace
 from attn_utils import (entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core,
                         softmax_jacobian)
 
@@ -289,3 +290,15 @@ def test_prop_jacobian_symmetric_psd_zero_row_sums(p):
 @given(arrays(np.float64, st.integers(1, 6), elements=st.floats(-10, 10, allow_nan=False)))
 def test_prop_jacobian_equals_autograd(x):
     np.testing.assert_allclose(softmax_jacobian(softmax(x)), autograd.jacobian(softmax_core)(x), rtol=0, atol=1e-13)
+
+
+@settings(max_examples=50, deadline=None, derandomize=True, database=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6), st.integers(1, 7))
+def test_prop_fast_path_equals_autograd_path(seed, rows, n):
+    """softmax_inplace (numpy fast path) and softmax_core (autograd path) agree, masks included."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0, 30, (rows, n))
+    x[rng.random((rows, n)) < 0.2] = -np.inf
+    mask = rng.random((rows, n)) < 0.7
+    np.testing.assert_allclose(softmax_inplace(x.copy(), mask=mask), softmax_core(x, mask=mask), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(softmax_inplace(x.copy()), softmax_core(x), rtol=1e-12, atol=1e-300)
