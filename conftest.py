@@ -7,6 +7,12 @@ compared.
 """
 import os
 
+# One BLAS thread per process: pytest-xdist already runs one notebook kernel per core, and
+# oversubscribed OpenBLAS threads on a 2-core machine slow small matrix products ~100x.
+# Notebook kernels inherit this environment (tools/execute_notebook.py sets the same).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
 

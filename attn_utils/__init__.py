@@ -24,3 +24,21 @@ __all__ = [
     "softmax_jacobian", "PALETTE", "attention_heatmap", "figure", "use_book_style",
 ]
 __version__ = "0.1.0"
+from .saturation import first_exact_one, log_tail_mass  # noqa: E402  (chapter 2)
+__all__ += ["first_exact_one", "log_tail_mass"]
+from .decoding import (FLOP_PARTS, DecoderParams, KVCache, decoder_extend, decoder_forward,  # noqa: E402  (chapter 10)
+                       decoding_flops, greedy_generate, init_decoder_params, kv_cache_values)
+__all__ += ["FLOP_PARTS", "DecoderParams", "KVCache", "decoder_extend", "decoder_forward", "decoding_flops",
+            "greedy_generate", "init_decoder_params", "kv_cache_values"]
+
+# Training harness for chapters 4–9 (toy tasks + small autograd models, vectorised over seeds)
+from .tasks import (IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task,  # noqa: E402
+                    recall_task, two_relation_task)
+from .training import (SCORES, ModelConfig, ScoreSpec, TrainResult, attention_weights,  # noqa: E402
+                       evaluate, forward, init_params, loss, register_score, train)
+
+__all__ += [
+    "IGNORE", "Task", "TaskBatch", "copy_task", "keyword_task", "previous_token_task", "recall_task",
+    "two_relation_task", "SCORES", "ModelConfig", "ScoreSpec", "TrainResult", "attention_weights",
+    "evaluate", "forward", "init_params", "loss", "register_score", "train",
+]

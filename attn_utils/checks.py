@@ -54,17 +54,23 @@ def check_bound(name: str, measured, *, upper=None, lower=None, fmt: str = ".4g"
 
 
 def check_allclose(name: str, measured, expected, *, atol: float = 0.0, rtol: float = 1e-7) -> float:
-    """Assert two arrays agree elementwise; prints the largest absolute difference."""
+    """Assert two arrays agree elementwise (``np.allclose``) and print a verdict.
+
+    On success the line states the tolerance, not the measured difference: differences at
+    rounding level (1e-16 … 1e-13) change with the BLAS build, and the printed line must be
+    identical on every machine. On failure the largest difference is printed. Returns it.
+    """
     measured, expected = np.asarray(measured, float), np.asarray(expected, float)
     if measured.shape != expected.shape:
         raise AssertionError(f"check failed: {name}: shapes differ, {measured.shape} vs {expected.shape}")
     diff = float(np.max(np.abs(measured - expected))) if measured.size else 0.0
     ok = bool(np.allclose(measured, expected, atol=atol, rtol=rtol))
-    line = f"{name}: max |difference| = {diff:.1e} (atol {atol:g}, rtol {rtol:g})"
-    print(f"{line}  {'✓' if ok else '✗'}")
-    if not ok:
-        raise AssertionError(f"check failed: {line}")
-    return diff
+    if ok:
+        print(f"{name}: equal within atol {atol:g}, rtol {rtol:g}  ✓")
+        return diff
+    line = f"{name}: max |difference| = {diff:.3g} exceeds atol {atol:g}, rtol {rtol:g}"
+    print(f"{line}  ✗")
+    raise AssertionError(f"check failed: {line}")
 
 
 @dataclass(frozen=True)

@@ -91,12 +91,14 @@ def test_check_allclose_passes_and_prints(capsys):
     d = check_allclose("J vs autograd", a, a + 1e-13, atol=1e-12)
     assert d == pytest.approx(1e-13, rel=1e-2)
     line = capsys.readouterr().out
-    assert line.startswith("J vs autograd: max |difference| = 1.0e-13 (atol 1e-12, rtol 1e-07)")
+    # rounding-level differences vary by BLAS build, so a passing line prints only the tolerance
+    assert line.startswith("J vs autograd: equal within atol 1e-12, rtol 1e-07")
+    assert "e-13" not in line
     assert line.strip().endswith("✓")
 
 
 def test_check_allclose_fails_on_difference(capsys):
-    with pytest.raises(AssertionError, match=r"check failed: J: max \|difference\| = 1\.0e-03"):
+    with pytest.raises(AssertionError, match=r"check failed: J: max \|difference\| = 0\.001 exceeds atol 1e-06"):
         check_allclose("J", np.zeros(3), np.array([0.0, 1e-3, 0.0]), atol=1e-6)
     assert capsys.readouterr().out.strip().endswith("✗")
 

@@ -7,12 +7,17 @@ re-runs and compares, and what the website shows. Prints the time each took.
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+# Same environment as the test suite (conftest.py), so outputs are produced the way nbval re-runs them.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 
 def execute(path: Path, timeout: int = 300) -> float:

@@ -1,0 +1,140 @@
+"""Measure the book's speed budgets and attn_utils' efficiency on this machine.
+
+Usage (from the repository root, after `make test` has created .venv):
+    .venv/bin/python benchmarks/run.py            # everything (~5 minutes)
+    .venv/bin/python benchmarks/run.py --only attention memory
+
+Budgets (issue 7): test suite <= 180 s on 2 cores; each notebook <= 20 s; warm site rebuild
+<= 20 s; attention forward <= 1.5x the two-matmul bound; blocked attention peak memory at
+n = 4096 <= 10% of naive. Prints a table and writes benchmarks/results/latest.json.
+Nothing here is asserted by the test suite: timings are machine dependent.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RESULTS: dict[str, object] = {}
+
+
+def run(cmd: list[str], **kwargs) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
+    return time.perf_counter() - start
+
+
+def verdict(name: str, value: float, budget: float, unit: str) -> None:
+    ok = value <= budget
+    RESULTS[name] = {"value": value, "budget": budget, "unit": unit, "ok": ok}
+    print(f"{name:<44s} {value:9.2f} {unit:<3s} (budget {budget:g} {unit})  {'✓' if ok else '✗'}", flush=True)
+
+
+def bench_tests() -> None:
+    verdict("test suite (make test)", run(["make", "test"]), 180, "s")
+
+
+def bench_notebooks() -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    times = {}
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        start = time.perf_counter()
+        NotebookClient(nb, timeout=600, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        times[path.stem] = time.perf_counter() - start
+    for stem, seconds in sorted(times.items(), key=lambda kv: -kv[1]):
+        verdict(f"notebook {stem}", seconds, 20, "s")
+
+
+def bench_site() -> None:
+    shutil.rmtree(ROOT / "_build" / "html", ignore_errors=True)
+    shutil.rmtree(ROOT / "_build" / ".doctrees", ignore_errors=True)
+    build = [str(BIN / "jupyter-book"), "build", ".", "-W", "-n", "--keep-going"]
+    cold = run(build)
+    warm = run(build)
+    verdict("site build, cold", cold, 600, "s")
+    verdict("site build, warm (nothing changed)", warm, 20, "s")
+    verdict("warm / cold", warm / cold, 0.5, "x")
+
+
+def bench_pdf() -> None:
+    shutil.rmtree(ROOT / "_build" / "latex", ignore_errors=True)
+    verdict("PDF build (pdflatex builder, xelatex)", run(["make", "pdf"]), 600, "s")
+
+
+def best_of(fn, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def bench_attention() -> None:
+    import attn_utils as au
+
+    rng = np.random.default_rng(0)
+    b, h, n, d = 4, 8, 1024, 64
+    q, k, v = (rng.standard_normal((b, h, n, d), dtype=np.float32) for _ in range(3))
+    bound = best_of(lambda: (q @ np.swapaxes(k, -1, -2)) @ v)
+    ours = best_of(lambda: au.scaled_dot_product_attention(q, k, v))
+    print(f"  two matmuls {bound * 1e3:.0f} ms, scaled_dot_product_attention {ours * 1e3:.0f} ms "
+          f"(batch {b}, {h} heads, n={n}, d_k={d}, float32)")
+    verdict("attention forward / two-matmul bound", ours / bound, 1.5, "x")
+
+
+def peak_bytes(fn) -> int:
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+def bench_memory() -> None:
+    import attn_utils as au
+    from attn_utils.blocked import blocked_attention
+
+    rng = np.random.default_rng(0)
+    d, block = 64, 128
+    ratios = {}
+    for n in (512, 1024, 2048, 4096):
+        q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
+        naive = peak_bytes(lambda: au.scaled_dot_product_attention(q, k, v))
+        blocked = peak_bytes(lambda: blocked_attention(q, k, v, block_size=block))
+        ratios[n] = blocked / naive
+        print(f"  n={n:5d}: naive peak {naive / 2**20:8.1f} MiB, blocked (block {block}) {blocked / 2**20:7.1f} MiB")
+    verdict("blocked / naive peak memory at n=4096", ratios[4096], 0.10, "x")
+
+
+SECTIONS = {"attention": bench_attention, "memory": bench_memory, "notebooks": bench_notebooks,
+            "tests": bench_tests, "site": bench_site, "pdf": bench_pdf}
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=list(SECTIONS), help="run only these sections")
+    args = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, numpy {np.__version__}, python {sys.version.split()[0]}")
+    for name in args.only or SECTIONS:
+        print(f"\n== {name} ==", flush=True)
+        SECTIONS[name]()
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(RESULTS, indent=2))
+    failed = [k for k, r in RESULTS.items() if not r["ok"]]
+    print(f"\n{len(RESULTS) - len(failed)} within budget, {len(failed)} over: {failed}")

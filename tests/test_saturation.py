@@ -1,0 +1,109 @@
+"""Unit and property tests for attn_utils.saturation."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+
+from attn_utils import softmax
+from attn_utils.saturation import first_exact_one, log_tail_mass
+
+PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
+
+
+def logits(max_n=8, bound=30.0):
+    return arrays(np.float64, array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
+                  elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False))
+
+
+# ---------------------------------------------------------------- log_tail_mass
+
+def test_tail_mass_matches_direct_computation_for_moderate_gaps():
+    x = np.array([0.3, -1.2, 2.0, 0.9])
+    p = softmax(x)
+    assert log_tail_mass(x) == pytest.approx(math.log(1 - p.max()), rel=1e-12)
+
+
+def test_tail_mass_of_seed_vector_beyond_float64_resolution():
+    # x = a·(1, 1, 2): 1 − p_max = 2e^{-a}/(1 + 2e^{-a}); at a = 100 p_max rounds to 1.0
+    a = 100.0
+    x = np.array([a, a, 2 * a])
+    assert softmax(x).max() == 1.0
+    assert log_tail_mass(x) == pytest.approx(math.log(2) - a - math.log1p(2 * math.exp(-a)), rel=1e-14)
+
+
+def test_tail_mass_for_gaps_where_exp_underflows():
+    # gap 2000: exp(-2000) underflows to 0, the log-domain value does not
+    x = np.array([0.0, -2000.0, -2001.0])
+    expected = -2000.0 + math.log1p(math.exp(-1.0))
+    assert log_tail_mass(x) == pytest.approx(expected, rel=1e-14)
+
+
+def test_tail_mass_with_ties_counts_mass_outside_the_tied_set():
+    x = np.array([1.0, 3.0, 3.0, 0.0])
+    p = softmax(x)
+    assert log_tail_mass(x) == pytest.approx(math.log(p[0] + p[3]), rel=1e-12)
+
+
+def test_tail_mass_all_equal_is_minus_inf_and_batched_shape():
+    x = np.array([[2.0, 2.0, 2.0], [0.0, 1.0, 5.0]])
+    out = log_tail_mass(x)
+    assert out.shape == (2,)
+    assert out[0] == -np.inf
+    assert np.isfinite(out[1])
+
+
+@PROPS
+@given(logits(), st.floats(-1e3, 1e3))
+def test_tail_mass_is_shift_invariant_and_nonpositive(x, c):
+    out = log_tail_mass(x)
+    assert np.all(out <= 0)
+    shifted = log_tail_mass(x + c)
+    finite = np.isfinite(out)
+    # a shift can create or break ties by rounding; compare only rows where neither changed
+    same_ties = np.sum(x == x.max(-1, keepdims=True), -1) == np.sum((x + c) == (x + c).max(-1, keepdims=True), -1)
+    keep = finite & same_ties & np.isfinite(shifted)
+    np.testing.assert_allclose(shifted[keep], out[keep], rtol=1e-6, atol=1e-6)
+
+
+def test_tail_mass_rejects_bad_input():
+    with pytest.raises(ValueError, match="x"):
+        log_tail_mass(np.array([1.0, np.nan]))
+    with pytest.raises(TypeError, match="x"):
+        log_tail_mass(np.array(["a", "b"]))
+
+
+# ---------------------------------------------------------------- first_exact_one
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_first_exact_one_matches_rounding_threshold(dtype):
+    # largest probability 1/(1 + 2e^{-a}) rounds to 1 once 2e^{-a} <= eps/2, i.e. a >= ln(4/eps)
+    scales = np.arange(1.0, 60.0, 1e-3)
+    threshold = math.log(4 / np.finfo(dtype).eps)
+    found = first_exact_one([1.0, 1.0, 2.0], scales, dtype)
+    assert abs(found - threshold) < 2e-3
+
+
+def test_first_exact_one_is_nan_when_never_reached():
+    assert math.isnan(first_exact_one([1.0, 1.0, 2.0], np.linspace(0.1, 20.0, 50)))
+
+
+def test_first_exact_one_returns_first_scale_when_always_one():
+    assert first_exact_one([0.0, 100.0], [1.0, 2.0]) == 1.0
+
+
+def test_first_exact_one_rejects_bad_input():
+    with pytest.raises(ValueError, match="unique maximum"):
+        first_exact_one([1.0, 2.0, 2.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="shape"):
+        first_exact_one([[1.0, 2.0]], [1.0, 2.0])
+    with pytest.raises(ValueError, match="increasing"):
+        first_exact_one([1.0, 2.0], [2.0, 1.0])
+    with pytest.raises(ValueError, match="increasing"):
+        first_exact_one([1.0, 2.0], [-1.0, 1.0])
+    with pytest.raises(TypeError, match="dtype"):
+        first_exact_one([1.0, 2.0], [1.0, 2.0], dtype=np.int64)
+    with pytest.raises(ValueError, match="overflows float16"):
+        first_exact_one([1.0, 2.0], [1.0, 1e5], dtype=np.float16)

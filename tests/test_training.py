@@ -1,0 +1,258 @@
+"""Training harness: gradients vs finite differences, every variant learns, determinism,
+independence of the seed axis, head masks, and argument errors."""
+from dataclasses import replace
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import grad
+
+from attn_utils.tasks import TaskBatch, copy_task, keyword_task, previous_token_task, two_relation_task
+from attn_utils.training import (SCORES, ModelConfig, attention_weights, evaluate, forward, init_params, loss,
+                                 register_score, train)
+
+
+# a score with its own parameters and a different weight rule, registered the way chapter 7 will
+def _bilinear(q, k, params):
+    return anp.matmul(anp.matmul(q, params["W"][:, None]), anp.swapaxes(k, -1, -2))
+
+
+def _bilinear_init(rng, n_heads, d_k, d_model):
+    return {"W": np.eye(d_k) + rng.normal(0, d_k ** -0.5, (n_heads, d_k, d_k))}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _test_scores():
+    register_score("test_bilinear", _bilinear, _bilinear_init, overwrite=True)
+    register_score("test_sigmoid", lambda q, k, p: q @ anp.swapaxes(k, -1, -2), weights="sigmoid", overwrite=True)
+    yield
+    SCORES.pop("test_bilinear", None)
+    SCORES.pop("test_sigmoid", None)
+
+
+BASE = dict(d_model=8, n_heads=2)
+VARIANTS = {
+    "sqrt": {}, "none": {"scale": "none"}, "quarter": {"scale": "quarter"}, "linear": {"scale": "linear"},
+    "learned": {"scale": "learned"}, "share_qk": {"share_qk": True}, "qk_norm": {"qk_norm": True},
+    "qk_norm_shared": {"qk_norm": True, "share_qk": True},
+    "t5": {"scale": "none", "q_init_scale": 0.5},
+    "two_layers_causal": {"n_layers": 2, "causal": True},
+    "head_mask": {"n_heads": 4, "d_k": 3, "d_v": 2, "head_mask": (1, 0, 1, 1)},
+    "sinusoidal": {"positional": "sinusoidal"}, "mean_readout": {"readout": "mean"},
+    "bilinear": {"score": "test_bilinear"}, "sigmoid": {"score": "test_sigmoid"},
+    "mean_pool": {"encoder": "mean_pool"}, "last_state": {"encoder": "last_state"},
+}
+
+
+def _cfg(name, **extra):
+    return ModelConfig(**{**BASE, **VARIANTS[name], **extra})
+
+
+# ------------------------------------------------------------------ gradients
+@pytest.mark.parametrize("per_position", [True, False], ids=["per_position", "per_sequence"])
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_gradient_matches_central_differences(name, per_position):
+    cfg = _cfg(name)
+    task = two_relation_task(n=5, vocab=3) if per_position else keyword_task(n=5, n_filler=4, n_keywords=2)
+    params = init_params(cfg, task, [0, 1])
+    batch = task.sample(0, 6)
+    f = lambda p: loss(p, cfg, task, batch.x, batch.y)  # noqa: E731
+    g = grad(f)(params)
+    rng = np.random.default_rng(1)
+    for _ in range(3):  # directional derivatives along random directions cover every parameter at once
+        u = {k: rng.normal(size=v.shape) for k, v in params.items()}
+        eps = 1e-5
+        plus = f({k: params[k] + eps * u[k] for k in params})
+        minus = f({k: params[k] - eps * u[k] for k in params})
+        fd = (plus - minus) / (2 * eps)
+        ad = sum(np.sum(g[k] * u[k]) for k in params)
+        assert abs(fd - ad) <= 1e-6 * max(1.0, abs(ad)), f"{name}: autograd {ad:.10g} vs central difference {fd:.10g}"
+
+
+# ------------------------------------------------------------------ every variant learns
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_every_variant_trains_below_threshold(name):
+    task = keyword_task(n=6, n_filler=6, n_keywords=2)
+    cfg = _cfg(name, d_model=16)
+    res = train(cfg, task, seeds=[0, 1], steps=120, lr=0.03, batch_size=16, eval_size=128)
+    assert res.loss.shape == (120, 2)
+    first, last = res.loss[:10].mean(axis=0), res.loss[-10:].mean(axis=0)
+    assert (last < 0.15).all(), f"{name}: final loss {last} (started at {first})"
+    assert (res.accuracy > 0.95).all(), f"{name}: accuracy {res.accuracy}"
+
+
+def test_sgd_and_fixed_training_set():
+    task = previous_token_task(n=6, vocab=4)
+    res = train(ModelConfig(d_model=16), task, seeds=[0, 1], steps=150, lr=0.1, optimizer="sgd", momentum=0.9,
+                train_size=64, batch_size=16, eval_size=64)
+    assert (res.loss[-10:].mean(axis=0) < 0.1).all() and (res.accuracy > 0.95).all()
+
+
+def test_attention_beats_one_vector_bottleneck_on_copy():
+    task = copy_task(length=6, vocab=8)
+    kw = dict(seeds=[0, 1], steps=200, lr=0.01, eval_size=256)
+    att = train(ModelConfig(d_model=32), task, **kw)
+    pool = train(ModelConfig(d_model=32, encoder="mean_pool"), task, **kw)
+    assert (att.accuracy > 0.95).all() and (pool.accuracy < 0.7).all(), (att.accuracy, pool.accuracy)
+
+
+# ------------------------------------------------------------------ determinism and the seed axis
+def test_same_seed_same_history():
+    task = previous_token_task(n=6, vocab=4)
+    a = train(_cfg("learned"), task, seeds=[3, 5], steps=30, eval_size=32)
+    b = train(_cfg("learned"), task, seeds=[3, 5], steps=30, eval_size=32)
+    assert np.array_equal(a.loss, b.loss) and np.array_equal(a.accuracy, b.accuracy)
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+
+
+@pytest.mark.parametrize("name", ["sqrt", "qk_norm", "head_mask", "last_state"])
+def test_seeds_train_independently(name):
+    task = two_relation_task(n=5, vocab=3)
+    kw = dict(steps=25, lr=0.05, batch_size=8, eval_size=32)
+    joint = train(_cfg(name), task, seeds=[0, 1], **kw)
+    for i, s in enumerate([0, 1]):
+        alone = train(_cfg(name), task, seeds=[s], **kw)
+        np.testing.assert_allclose(joint.loss[:, i], alone.loss[:, 0], rtol=0, atol=1e-10)
+        for k in joint.params:
+            np.testing.assert_allclose(joint.params[k][i], alone.params[k][0], rtol=0, atol=1e-10)
+        for k in joint.stats:
+            np.testing.assert_allclose(joint.stats[k][:, i], alone.stats[k][:, 0], rtol=1e-9, atol=1e-10)
+
+
+# ------------------------------------------------------------------ what the chapters rely on
+def test_t5_fold_gives_identical_forward_at_init():
+    task = previous_token_task(n=6, vocab=5)
+    x = task.sample(0, 4).x
+    sq = ModelConfig(d_model=16, n_heads=2)
+    t5 = ModelConfig(d_model=16, n_heads=2, scale="none", q_init_scale=sq.head_dim ** -0.5)
+    out_sq = forward(init_params(sq, task, [0, 1]), sq, task, x)
+    out_t5 = forward(init_params(t5, task, [0, 1]), t5, task, x)
+    np.testing.assert_allclose(out_sq, out_t5, rtol=1e-12, atol=1e-12)
+
+
+def test_scale_rules_and_learned_init():
+    d_k = 16
+    rules = {"none": 1.0, "quarter": d_k ** -0.25, "sqrt": d_k ** -0.5, "linear": 1 / d_k, "learned": d_k ** -0.5}
+    for rule, c in rules.items():
+        assert ModelConfig(d_model=16, scale=rule).fixed_scale() == pytest.approx(c)
+    cfg = ModelConfig(d_model=16, scale="learned", learned_scale_init=1.0)
+    p = init_params(cfg, previous_token_task(), [0])
+    assert np.allclose(p["L0.log_scale"], 0.0)
+
+
+def test_qk_norm_bounds_logits_and_stats_shapes():
+    task = previous_token_task(n=6, vocab=4)
+    res = train(ModelConfig(d_model=16, qk_norm=True, scale="sqrt"), task, seeds=[0, 1, 2], steps=40, lr=0.05,
+                eval_size=32)
+    assert set(res.stats) == {"max_logit", "attn_entropy", "grad_norm"}
+    assert all(v.shape == (40, 3) for v in res.stats.values())
+    gain = np.exp(res.params["L0.log_gain"]).max(axis=1)          # (S,) final gain
+    # |logit| <= c * gain * |q||k| = d_k^-1/2 * gain * d_k; the gain only moved a little per step
+    assert (res.stats["max_logit"][-1] <= 16 ** 0.5 * gain * 1.01).all()
+
+
+def test_attention_weights_rows_and_causality():
+    task = previous_token_task(n=6, vocab=4)
+    cfg = ModelConfig(d_model=16, n_heads=2, n_layers=2, causal=True)
+    p = init_params(cfg, task, [0, 1])
+    ws = attention_weights(p, cfg, task, task.sample(0, 3).x)
+    assert len(ws) == 2 and ws[0].shape == (2, 3, 2, 6, 6)
+    np.testing.assert_allclose(ws[1].sum(axis=-1), 1.0)
+    assert np.all(np.triu(np.ones((6, 6)), 1) * ws[0] == 0)
+
+
+def test_trained_previous_token_attends_to_previous_position():
+    task = previous_token_task(n=6, vocab=4)
+    res = train(ModelConfig(d_model=16), task, seeds=[0], steps=150, lr=0.03)
+    w = res.attention(task.sample(9, 64).x)[0][0, :, 0]            # (batch, n, n)
+    assert (np.argmax(w.mean(axis=0), axis=1)[1:] == np.arange(5)).all()
+
+
+def test_head_mask_pruning():
+    task = two_relation_task(n=6, vocab=3)
+    cfg = ModelConfig(d_model=16, n_heads=4)
+    res = train(cfg, task, seeds=[0, 1], steps=150, lr=0.03)
+    full = res.evaluate()["accuracy"]
+    none = res.evaluate(head_mask=np.zeros(4))["accuracy"]
+    assert (full > 0.9).all() and (none < 0.5).all()
+    # a per-seed mask equals evaluating each seed with its own mask
+    masks = np.array([[[1, 0, 1, 1]], [[0, 1, 1, 0]]])
+    both = res.evaluate(head_mask=masks)["accuracy"]
+    for s in range(2):
+        one = res.evaluate(head_mask=masks[s, 0])["accuracy"][s]
+        assert both[s] == one
+    # masking through the config is the same as masking at evaluation
+    masked_cfg = replace(cfg, head_mask=(1, 0, 1, 1))
+    np.testing.assert_allclose(evaluate(res.params, masked_cfg, task, res.eval_batch)["loss"],
+                               res.evaluate(head_mask=(1, 0, 1, 1))["loss"])
+
+
+def test_float32_runs_and_matches_float64_closely():
+    task = previous_token_task(n=6, vocab=4)
+    r64 = train(ModelConfig(d_model=16), task, seeds=[0], steps=20, eval_size=32)
+    r32 = train(ModelConfig(d_model=16, dtype="float32"), task, seeds=[0], steps=20, eval_size=32)
+    assert r32.params["E"].dtype == np.float32
+    np.testing.assert_allclose(r32.loss, r64.loss, rtol=1e-3)
+
+
+# ------------------------------------------------------------------ bad arguments
+@pytest.mark.parametrize("kwargs, exc, word", [
+    ({"scale": "cubic"}, ValueError, "scale"),
+    ({"d_model": 0}, ValueError, "d_model"),
+    ({"d_model": 10, "n_heads": 3}, ValueError, "d_k"),
+    ({"n_heads": 2.0}, TypeError, "n_heads"),
+    ({"score": "nope"}, ValueError, "score"),
+    ({"encoder": "lstm"}, ValueError, "encoder"),
+    ({"positional": "rotary"}, ValueError, "positional"),
+    ({"share_qk": 1}, TypeError, "share_qk"),
+    ({"q_init_scale": 0.0}, ValueError, "q_init_scale"),
+    ({"n_heads": 2, "head_mask": (1, 0, 1)}, ValueError, "head_mask"),
+    ({"head_mask": (0.5,)}, ValueError, "head_mask"),
+    ({"dtype": "float16"}, ValueError, "dtype"),
+])
+def test_bad_config(kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        ModelConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, exc, word", [
+    ({"seeds": 3}, TypeError, "seeds"),
+    ({"seeds": []}, ValueError, "seeds"),
+    ({"seeds": [0, 0]}, ValueError, "seeds"),
+    ({"seeds": [0.5]}, TypeError, "seeds"),
+    ({"steps": 0}, ValueError, "steps"),
+    ({"lr": -1.0}, ValueError, "lr"),
+    ({"optimizer": "rmsprop"}, ValueError, "optimizer"),
+    ({"batch_size": 0}, ValueError, "batch_size"),
+    ({"momentum": 0.9}, ValueError, "momentum"),
+    ({"train_size": 0}, ValueError, "train_size"),
+])
+def test_bad_train_arguments(kwargs, exc, word):
+    with pytest.raises(exc, match=word):
+        train(ModelConfig(d_model=8), previous_token_task(), **{"steps": 2, **kwargs})
+
+
+def test_bad_forward_arguments():
+    task = previous_token_task(n=6, vocab=4)
+    cfg = ModelConfig(d_model=8)
+    p = init_params(cfg, task, [0, 1])
+    with pytest.raises(TypeError, match="task"):
+        train(cfg, "previous_token")
+    with pytest.raises(TypeError, match="config"):
+        train({"d_model": 8}, task)
+    with pytest.raises(ValueError, match="x"):
+        forward(p, cfg, task, np.zeros((3, 5), int))
+    with pytest.raises(ValueError, match="x"):
+        forward(p, cfg, task, np.full((3, 6), 9))
+    with pytest.raises(TypeError, match="x"):
+        forward(p, cfg, task, np.zeros((3, 6)))
+    with pytest.raises(ValueError, match="head_mask"):
+        forward(p, cfg, task, np.zeros((3, 6), int), head_mask=np.ones((3, 1, 1)))
+    with pytest.raises(ValueError, match="y"):
+        evaluate(p, cfg, task, TaskBatch(np.zeros((3, 6), int), np.zeros((3, 5), int)))
+    with pytest.raises(ValueError, match="one-vector"):
+        attention_weights(p, ModelConfig(d_model=8, encoder="mean_pool"), task, np.zeros((3, 6), int))
+    with pytest.raises(ValueError, match="already registered"):
+        register_score("dot", lambda q, k, p: q)
+    with pytest.raises(ValueError, match="weights"):
+        register_score("tmp", lambda q, k, p: q, weights="relu")
