@@ -8,6 +8,7 @@ Modules are named for what they hold:
 * :mod:`attn_utils.checks` — assertions that print one verdict line; Monte Carlo moments
 * :mod:`attn_utils.plotting` — the book's figure style and an attention heatmap
 * :mod:`attn_utils.book` — glue computed numbers into the prose
+* :mod:`attn_utils.gradients` — finite-difference Jacobians; the softmax Jacobian accurate near one-hot
 """
 from .attention import (attention_query_jacobian, attention_scores, causal_mask, default_scale,
                         scaled_dot_product_attention)
@@ -23,13 +24,28 @@ __all__ = [
     "split_heads", "entropy", "jacobian_frobenius_sq", "log_softmax", "softmax", "softmax_core",
     "softmax_jacobian", "PALETTE", "attention_heatmap", "figure", "use_book_style",
 ]
+from .gradients import numerical_jacobian, softmax_jacobian_from_logits  # noqa: E402  (chapter 3)
+__all__ += ["numerical_jacobian", "softmax_jacobian_from_logits"]
 __version__ = "0.1.0"
+from .blocked import BlockedAttentionStats, blocked_attention, traced_peak_memory  # noqa: E402  (chapter 12)
+__all__ += ["BlockedAttentionStats", "blocked_attention", "traced_peak_memory"]
 from .saturation import first_exact_one, log_tail_mass  # noqa: E402  (chapter 2)
 __all__ += ["first_exact_one", "log_tail_mass"]
 from .decoding import (FLOP_PARTS, DecoderParams, KVCache, decoder_extend, decoder_forward,  # noqa: E402  (chapter 10)
                        decoding_flops, greedy_generate, init_decoder_params, kv_cache_values)
 __all__ += ["FLOP_PARTS", "DecoderParams", "KVCache", "decoder_extend", "decoder_forward", "decoding_flops",
             "greedy_generate", "init_decoder_params", "kv_cache_values"]
+from .layers import (LayerGraph, MacCounter, attention_input_jacobians, attention_macs, conv1d_layer,  # noqa: E402
+                     conv_macs, count_macs, hop_distances, init_conv_params, init_rnn_params,
+                     layer_graph, layers_to_connect, loglog_slope, min_seconds, perturbation_reach,
+                     rnn_input_jacobians, rnn_layer, rnn_macs, self_attention_layer, sequential_depth)
+
+__all__ += [
+    "LayerGraph", "MacCounter", "attention_input_jacobians", "attention_macs", "conv1d_layer", "conv_macs",
+    "count_macs", "hop_distances", "init_conv_params", "init_rnn_params", "layer_graph",
+    "layers_to_connect", "loglog_slope", "min_seconds", "perturbation_reach", "rnn_input_jacobians", "rnn_layer",
+    "rnn_macs", "self_attention_layer", "sequential_depth",
+]
 
 # Training harness for chapters 4–9 (toy tasks + small autograd models, vectorised over seeds)
 from .tasks import (IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task,  # noqa: E402

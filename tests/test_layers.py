@@ -1,0 +1,288 @@
+"""Unit and property tests for attn_utils.layers (chapter 11: attention vs RNN vs CNN)."""
+import math
+
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_utils import (attention_input_jacobians, attention_macs, causal_mask, conv1d_layer, conv_macs, count_macs,
+                        hop_distances, init_conv_params, init_mha_params, init_rnn_params, layer_graph,
+                        layers_to_connect, loglog_slope, min_seconds, multi_head_attention, numerical_jacobian,
+                        perturbation_reach, rnn_input_jacobians, rnn_layer, rnn_macs, scaled_dot_product_attention,
+                        self_attention_layer, sequential_depth)
+
+PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
+
+
+def lower(n):
+    return np.arange(n)[None, :] <= np.arange(n)[:, None]
+
+
+# ---------------------------------------------------------------- counting
+
+@pytest.mark.parametrize("n,d,h", [(1, 4, 1), (7, 6, 2), (16, 8, 4), (33, 12, 3)])
+def test_counted_macs_equal_closed_forms(n, d, h):
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=(n, d))
+    with count_macs() as c:
+        self_attention_layer(x, init_mha_params(rng, d, h), h)
+    assert (c.macs, c.products) == (attention_macs(n, d), 6)
+    with count_macs() as c:
+        self_attention_layer(x, projections=False, h=h)
+    assert (c.macs, c.products) == (attention_macs(n, d, projections=False), 2)
+    with count_macs() as c:
+        rnn_layer(x, init_rnn_params(rng, d))
+    assert (c.macs, c.products) == (rnn_macs(n, d), n + 1)
+    for k in (1, 3):
+        with count_macs() as c:
+            conv1d_layer(x, init_conv_params(rng, d, k), dilation=2)
+        assert (c.macs, c.products) == (conv_macs(n, d, k), 1)
+
+
+def test_closed_forms_values_and_d_in():
+    assert attention_macs(10, 4) == 4 * 10 * 16 + 2 * 100 * 4
+    assert attention_macs(10, 4, projections=False) == 800
+    assert rnn_macs(5, 3, d_in=7) == 5 * 7 * 3 + 5 * 9
+    assert conv_macs(5, 3, 2, d_in=7) == 5 * 2 * 7 * 3
+    rng = np.random.default_rng(0)
+    with count_macs() as c:
+        rnn_layer(rng.normal(size=(5, 7)), init_rnn_params(rng, 3, d_in=7))
+    assert c.macs == rnn_macs(5, 3, d_in=7)
+
+
+def test_counters_nest_and_stop_outside():
+    rng = np.random.default_rng(1)
+    x, p = rng.normal(size=(4, 3)), init_conv_params(rng, 3, 2)
+    with count_macs() as outer:
+        conv1d_layer(x, p)
+        with count_macs() as inner:
+            conv1d_layer(x, p)
+    conv1d_layer(x, p)  # not counted by anyone
+    assert inner.macs == conv_macs(4, 3, 2) and outer.macs == 2 * inner.macs
+    assert outer.products == 2
+
+
+def test_batch_axis_counts_every_item():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(5, 6, 4))
+    with count_macs() as c:
+        self_attention_layer(x, init_mha_params(rng, 4, 2), 2)
+    assert c.macs == 5 * attention_macs(6, 4)
+
+
+# ---------------------------------------------------------------- the layers
+
+@pytest.mark.parametrize("h,causal", [(1, False), (2, True), (4, False)])
+def test_self_attention_layer_equals_multi_head_attention(h, causal):
+    rng = np.random.default_rng(3)
+    x, p = rng.normal(size=(2, 7, 8)), init_mha_params(rng, 8, h)
+    mask = causal_mask(7) if causal else None
+    out, w = self_attention_layer(x, p, h, mask)
+    ref_out, ref_w = multi_head_attention(x, x, p, h, mask=mask)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(w, ref_w, rtol=1e-12, atol=1e-12)
+
+
+def test_attention_core_is_plain_attention_of_x():
+    x = np.random.default_rng(4).normal(size=(6, 5))
+    out, _ = self_attention_layer(x, projections=False)
+    np.testing.assert_allclose(out, scaled_dot_product_attention(x, x, x)[0], rtol=1e-12)
+
+
+def naive_rnn(x, p, h0=None):
+    h = np.zeros(p["U"].shape[0]) if h0 is None else h0
+    out = []
+    for t in range(x.shape[0]):
+        h = np.tanh(x[t] @ p["W"] + h @ p["U"] + p["b"])
+        out.append(h)
+    return np.array(out)
+
+
+def test_rnn_matches_naive_loop_with_batch_and_h0():
+    rng = np.random.default_rng(5)
+    p = init_rnn_params(rng, 4, d_in=3)
+    p["b"] = rng.normal(size=4)
+    x, h0 = rng.normal(size=(2, 9, 3)), rng.normal(size=(2, 4))
+    out = rnn_layer(x, p, h0)
+    for b in range(2):
+        np.testing.assert_allclose(out[b], naive_rnn(x[b], p, h0[b]), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(rnn_layer(x[0], p), naive_rnn(x[0], p), rtol=1e-12, atol=1e-14)
+
+
+def naive_conv(x, p, r):
+    W, b = p["W"], p["b"]
+    k, n = W.shape[0], x.shape[0]
+    y = np.tile(b, (n, 1)).astype(float)
+    for i in range(n):
+        for m in range(k):
+            src = i - (k - 1 - m) * r
+            if src >= 0:
+                y[i] += x[src] @ W[m]
+    return y
+
+
+@pytest.mark.parametrize("k,r", [(1, 1), (2, 1), (3, 1), (3, 2), (2, 5)])
+def test_conv_matches_naive_loop(k, r):
+    rng = np.random.default_rng(6)
+    p = init_conv_params(rng, 4, k, d_in=3)
+    p["b"] = rng.normal(size=4)
+    x = rng.normal(size=(11, 3))
+    np.testing.assert_allclose(conv1d_layer(x, p, dilation=r), naive_conv(x, p, r), rtol=1e-12, atol=1e-13)
+    batched = conv1d_layer(np.stack([x, 2 * x]), p, dilation=r)
+    np.testing.assert_allclose(batched[1], naive_conv(2 * x, p, r), rtol=1e-12, atol=1e-13)
+
+
+def test_initialisers_and_parameter_counts():
+    rng = np.random.default_rng(7)
+    p = init_rnn_params(rng, 16, radius=0.7)
+    np.testing.assert_allclose(np.linalg.svd(p["U"], compute_uv=False), 0.7, rtol=1e-12)
+    assert sum(a.size for a in p.values()) == 2 * 16**2 + 16
+    c = init_conv_params(rng, 16, 5)
+    assert c["W"].shape == (5, 16, 16) and sum(a.size for a in c.values()) == 5 * 16**2 + 16
+    assert sum(a.size for a in init_mha_params(rng, 16, 4).values()) == 4 * 16**2
+
+
+# ---------------------------------------------------------------- dependency graphs
+
+@PROPS
+@given(n=st.integers(1, 40), L=st.integers(1, 4), k=st.integers(2, 4))
+def test_hop_distances_closed_forms(n, L, k):
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    att = hop_distances(layer_graph("attention", n, L))
+    assert np.all(att[lower(n)] == L) and np.all(np.isinf(att[~lower(n)]))
+    assert np.all(hop_distances(layer_graph("attention", n, 1, causal=False)) == 1)
+    rnn = hop_distances(layer_graph("rnn", n))
+    np.testing.assert_array_equal(rnn, np.where(j <= i, i - j + 1.0, np.inf))
+    conv = hop_distances(layer_graph("conv", n, L, k=k))
+    np.testing.assert_array_equal(np.isfinite(conv), (i - j >= 0) & (i - j <= L * (k - 1)))
+    assert np.all(conv[np.isfinite(conv)] == L)
+    dil = hop_distances(layer_graph("conv", n, L, k=k, dilation_base=k))
+    np.testing.assert_array_equal(np.isfinite(dil), (i - j >= 0) & (i - j < k**L))
+
+
+@PROPS
+@given(n=st.integers(2, 80), k=st.integers(2, 5))
+def test_layers_to_connect_formulas(n, k):
+    assert layers_to_connect("attention", n) == 1
+    assert layers_to_connect("attention", n, causal=False) == 1
+    assert layers_to_connect("rnn", n) == 1
+    assert layers_to_connect("conv", n, k=k) == math.ceil((n - 1) / (k - 1))
+    assert layers_to_connect("conv", n, k=k, dilation_base=k) == next(L for L in range(n + 1) if k**L >= n)
+    assert layers_to_connect("attention", n, window=k) == math.ceil((n - 1) / (k - 1))
+
+
+@pytest.mark.parametrize("n,L", [(1, 1), (5, 1), (9, 3), (30, 4)])
+def test_sequential_depth(n, L):
+    assert sequential_depth(layer_graph("rnn", n, L)) == n + L - 1
+    assert sequential_depth(layer_graph("attention", n, L)) == L
+    assert sequential_depth(layer_graph("conv", n, L, k=3, dilation_base=2)) == L
+
+
+def test_layers_to_connect_raises_when_too_shallow():
+    with pytest.raises(ValueError, match="max_layers=3"):
+        layers_to_connect("conv", 20, k=2, max_layers=3)
+
+
+def test_perturbation_reach_matches_graphs_of_real_layers():
+    rng = np.random.default_rng(8)
+    n, d = 13, 4
+    x = rng.normal(size=(n, d))
+    att = init_mha_params(rng, d, 2)
+    got = perturbation_reach(lambda z: self_attention_layer(z, att, 2, causal_mask(n))[0], x)
+    np.testing.assert_array_equal(got, lower(n))
+    got = perturbation_reach(lambda z: self_attention_layer(z, att, 2)[0], x)
+    assert got.all()
+    rnn = init_rnn_params(rng, d, radius=0.9)
+    np.testing.assert_array_equal(perturbation_reach(lambda z: rnn_layer(z, rnn), x), lower(n))
+    ws = [init_conv_params(rng, d, 2) for _ in range(3)]
+
+    def stack(z):
+        for layer, w in enumerate(ws):
+            z = conv1d_layer(z, w, dilation=2**layer)
+        return z
+    graph = np.isfinite(hop_distances(layer_graph("conv", n, 3, k=2, dilation_base=2)))
+    np.testing.assert_array_equal(perturbation_reach(stack, x), graph)
+
+
+# ---------------------------------------------------------------- gradients
+
+def autograd_rnn_last(x, p):
+    h = anp.zeros(p["U"].shape[0])
+    for t in range(x.shape[0]):
+        h = anp.tanh(anp.dot(x[t], p["W"]) + anp.dot(h, p["U"]) + p["b"])
+    return h
+
+
+@pytest.mark.parametrize("radius", [0.5, 1.3])
+def test_rnn_input_jacobians_against_autograd(radius):
+    rng = np.random.default_rng(9)
+    p = init_rnn_params(rng, 5, d_in=3, radius=radius)
+    x = rng.normal(size=(8, 3))
+    ref = autograd.jacobian(lambda z: autograd_rnn_last(z, p))(x)  # (d, n, d_in)
+    np.testing.assert_allclose(rnn_input_jacobians(x, p), np.moveaxis(ref, 0, 1), rtol=1e-10, atol=1e-13)
+    mid = rnn_input_jacobians(x, p, i=3)
+    assert np.all(mid[4:] == 0)
+    ref_mid = autograd.jacobian(lambda z: autograd_rnn_last(z, p))(x[:4])
+    np.testing.assert_allclose(mid[:4], np.moveaxis(ref_mid, 0, 1), rtol=1e-10, atol=1e-13)
+
+
+def test_rnn_jacobian_bound_holds():
+    rng = np.random.default_rng(10)
+    p = init_rnn_params(rng, 6, radius=0.8)
+    jac = rnn_input_jacobians(rng.normal(size=(20, 6)), p)
+    norms = np.linalg.norm(jac, 2, axis=(1, 2))
+    assert np.all(norms <= 0.8 ** np.arange(19, -1, -1) * np.linalg.norm(p["W"], 2) * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("causal,i", [(False, 0), (False, 4), (True, 6), (True, 2)])
+def test_attention_input_jacobians_against_finite_differences(causal, i):
+    rng = np.random.default_rng(11)
+    n, d = 7, 5
+    x, p = rng.normal(size=(n, d)), init_mha_params(rng, d, 1)
+    mask = causal_mask(n) if causal else None
+    ref = numerical_jacobian(lambda z: self_attention_layer(z, p, 1, mask)[0][i], x)  # (d_out, n, d)
+    got = attention_input_jacobians(x, p, mask, i)
+    np.testing.assert_allclose(got, np.moveaxis(ref, 0, 1), atol=1e-8)
+    if causal:
+        assert np.all(got[i + 1:] == 0)
+
+
+# ---------------------------------------------------------------- fitting, timing, validation
+
+def test_loglog_slope_recovers_exponent():
+    x = np.array([2.0, 4.0, 8.0, 16.0])
+    assert loglog_slope(x, 3 * x**2.5) == pytest.approx(2.5, abs=1e-12)
+    with pytest.raises(ValueError, match="positive"):
+        loglog_slope(x, -x)
+    with pytest.raises(ValueError, match="equal length"):
+        loglog_slope(x, x[:3])
+
+
+def test_min_seconds_is_a_positive_float():
+    t = min_seconds(np.ones, 10, repeat=2)
+    assert isinstance(t, float) and t >= 0
+
+
+def test_bad_arguments_name_the_argument():
+    rng = np.random.default_rng(12)
+    with pytest.raises(ValueError, match="x axis -1"):
+        rnn_layer(np.ones((3, 5)), init_rnn_params(rng, 4, d_in=3))
+    with pytest.raises(ValueError, match="x axis -1"):
+        self_attention_layer(np.ones((3, 5)), init_mha_params(rng, 4, 1))
+    with pytest.raises(ValueError, match="params is required"):
+        self_attention_layer(np.ones((3, 4)))
+    with pytest.raises(ValueError, match=r"W must have shape \(k, d_in, d\)"):
+        conv1d_layer(np.ones((3, 4)), {"W": np.ones((2, 4, 4, 1)), "b": np.zeros(4)})
+    with pytest.raises(ValueError, match="dilation must be >= 1"):
+        conv1d_layer(np.ones((3, 4)), init_conv_params(rng, 4, 2), dilation=0)
+    with pytest.raises(ValueError, match="kind must be one of"):
+        layer_graph("lstm", 5)
+    with pytest.raises(ValueError, match=r"x must have shape \(n, d_in\)"):
+        perturbation_reach(lambda z: z, np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="radius must be finite and > 0"):
+        init_rnn_params(rng, 4, radius=-1.0)
+    with pytest.raises(ValueError, match="i must be in"):
+        rnn_input_jacobians(np.ones((3, 4)), init_rnn_params(rng, 4), i=3)
