@@ -58,3 +58,19 @@ __all__ += [
     "two_relation_task", "SCORES", "ModelConfig", "ScoreSpec", "TrainResult", "attention_weights",
     "evaluate", "forward", "init_params", "loss", "register_score", "train",
 ]
+from .qknorm import (cosine_logits, cosine_max_weight, cosine_score, fold_query_scale,  # noqa: E402  (chapter 5)
+                     gain_for_max_weight, register_cosine_score, train_per_parameter)
+__all__ += ["cosine_logits", "cosine_max_weight", "cosine_score", "fold_query_scale", "gain_for_max_weight",
+            "register_cosine_score", "train_per_parameter"]
+from .bilinear import (SELF_PENALTY, argmax_offset_rate, cyclic_previous_token_task,  # noqa: E402  (chapter 8)
+                       diagonal_max_probability, dot_score_no_self, factorization_rank, first_layer_queries,
+                       qk_attention_layer, qk_scores, self_mask)
+__all__ += ["SELF_PENALTY", "argmax_offset_rate", "cyclic_previous_token_task", "diagonal_max_probability",
+            "dot_score_no_self", "factorization_rank", "first_layer_queries", "qk_attention_layer", "qk_scores",
+            "self_mask"]
+from .heads import (PatternFit, PruningCurve, fit_attention_pattern, greedy_head_pruning,  # noqa: E402  (chapter 9)
+                    head_contributions, log_ratio_matrix, logit_factors, mha_macs, min_head_dim)
+__all__ += ["PatternFit", "PruningCurve", "fit_attention_pattern", "greedy_head_pruning", "head_contributions",
+            "log_ratio_matrix", "logit_factors", "mha_macs", "min_head_dim"]
+from .scaling import ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep  # noqa: E402  (chapter 4)
+__all__ += ["ScaleSweep", "query_key_vectors", "running_mean", "scale_exponent_sweep"]

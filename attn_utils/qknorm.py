@@ -1,0 +1,201 @@
+"""Chapter 5: moving the 1/√d_k out of the logits, and cosine (QK-norm) attention.
+
+Two ways to drop the explicit ``1/√d_k``:
+
+* **Fold it into W_Q** (the T5 codebase): the model with logits
+  ``c·(x W_Q)(x W_K)ᵀ`` and the unscaled model with ``W_Q' = c·W_Q`` compute the
+  same function. :func:`fold_query_scale` performs the change of variables on
+  trained or initial parameters; :func:`train_per_parameter` trains with a
+  learning rate (and Adam ε) per parameter, which is what the two
+  parametrisations differ by.
+* **Normalise q and k** and learn a temperature: logits ``g·cos(q, k)`` are
+  bounded by ``g`` (:func:`cosine_logits`), so a softmax over ``n`` keys can
+  put at most :func:`cosine_max_weight` on one key; :func:`gain_for_max_weight`
+  inverts that bound. :func:`cosine_score` is the same score for the training
+  harness (``register_score``).
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+import autograd.numpy as anp
+import numpy as np
+from autograd import value_and_grad
+
+from .tasks import Task
+from .training import SCORES, ModelConfig, init_params, loss, register_score
+from .validation import as_float_array, positive_int, positive_scalar
+
+Params = dict[str, np.ndarray]
+
+FIXED_SCALES = ("none", "quarter", "sqrt", "linear")
+
+
+# --------------------------------------------------------------------------- folding the scale
+def fold_query_scale(params: Params, config: ModelConfig) -> tuple[Params, ModelConfig]:
+    """The unscaled model that computes the same function: ``W_Q ← c·W_Q`` in every layer, ``scale="none"``.
+
+    params : the dict from :func:`attn_utils.init_params` or ``TrainResult.params`` (each entry (S, …)).
+    config : a fixed scale rule (``"none" | "quarter" | "sqrt" | "linear"``), separate W_Q and W_K,
+        no QK-norm (after normalisation the size of W_Q no longer reaches the logits).
+    Returns new ``(params, config)``; the inputs are not modified. The new config records the
+    factor in ``q_init_scale`` so that :func:`attn_utils.init_params` with it draws the folded
+    initial parameters directly (the T5 initialisation when ``c = d_k^(-1/2)``).
+    """
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")
+    if config.scale not in FIXED_SCALES:
+        raise ValueError(f"config.scale must be one of {FIXED_SCALES} to fold it, received {config.scale!r}")
+    if config.qk_norm or config.share_qk or config.encoder != "attention":
+        raise ValueError("fold_query_scale needs an attention encoder with separate W_Q, W_K and no QK-norm; "
+                         f"received qk_norm={config.qk_norm}, share_qk={config.share_qk}, "
+                         f"encoder={config.encoder!r}")
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict of arrays, received {type(params).__name__}")
+    c = config.fixed_scale()
+    out = dict(params)
+    for l in range(config.n_layers):
+        key = f"L{l}.W_q"
+        if key not in params:
+            raise ValueError(f"params has no {key!r}: it does not belong to this config "
+                             f"(n_layers={config.n_layers})")
+        out[key] = params[key] * c
+    return out, replace(config, scale="none", q_init_scale=config.q_init_scale * c)
+
+
+# --------------------------------------------------------------------------- per-parameter optimiser
+def _multipliers(name: str, mult: Mapping[str, float] | None, keys) -> dict[str, float]:
+    mult = {} if mult is None else dict(mult)
+    unknown = set(mult) - set(keys)
+    if unknown:
+        raise ValueError(f"{name} names unknown parameters {sorted(unknown)}; the parameters are {sorted(keys)}")
+    return {k: positive_scalar(f"{name}[{k!r}]", mult.get(k, 1.0)) for k in keys}
+
+
+def _batches(task: Task, seeds: tuple[int, ...], steps: int, batch_size: int):
+    """The fresh batches :func:`attn_utils.train` uses: default_rng([seed, 1]), steps·batch examples, in order."""
+    parts = [task.sample(np.random.default_rng([s, 1]), steps * batch_size) for s in seeds]
+    S = len(seeds)
+    xs = np.stack([b.x for b in parts]).reshape(S, steps, batch_size, -1).swapaxes(0, 1)
+    ys = np.stack([b.y for b in parts])
+    ys = ys.reshape((S, steps, batch_size) + ys.shape[2:]).swapaxes(0, 1)
+    return xs, ys
+
+
+def train_per_parameter(config: ModelConfig, task: Task, seeds: Sequence[int] = (0,), steps: int = 100,
+                        lr: float = 1e-2, optimizer: str = "sgd", lr_mult: Mapping[str, float] | None = None,
+                        eps_mult: Mapping[str, float] | None = None, batch_size: int = 32,
+                        params: Params | None = None) -> tuple[np.ndarray, Params]:
+    """Train like :func:`attn_utils.train` (same initial parameters, same batches), with per-parameter rates.
+
+    Parameter ``k`` is updated with learning rate ``lr · lr_mult[k]`` (default multiplier 1) and,
+    for Adam (β = 0.9, 0.999, ε = 1e-8 as in the harness), with ``ε · eps_mult[k]``. With no
+    multipliers this reproduces :func:`attn_utils.train` step for step.
+
+    params : start here instead of ``init_params(config, task, seeds)`` (e.g. folded parameters).
+    Returns ``(loss, params)``: loss (steps,) is the training loss averaged over seeds before each
+    update; params the final parameters (each (S, …)).
+    """
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', received {optimizer!r}")
+    steps = positive_int("steps", steps)
+    batch_size = positive_int("batch_size", batch_size)
+    lr = positive_scalar("lr", lr)
+    if isinstance(seeds, (numbers.Integral, str, bytes)):
+        raise TypeError(f"seeds must be a sequence of ints such as range(4), received {seeds!r}")
+    seeds = tuple(int(s) for s in seeds)
+    p = init_params(config, task, seeds) if params is None else {k: np.array(v) for k, v in params.items()}
+    lrs = {k: lr * m for k, m in _multipliers("lr_mult", lr_mult, p).items()}
+    epss = {k: 1e-8 * m for k, m in _multipliers("eps_mult", eps_mult, p).items()}
+    xs, ys = _batches(task, seeds, steps, batch_size)
+    vg = value_and_grad(lambda q, x, y: loss(q, config, task, x, y))
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    s = {k: np.zeros_like(v) for k, v in p.items()}
+    history = np.empty(steps)
+    b1, b2 = 0.9, 0.999
+    for t in range(steps):
+        value, g = vg(p, xs[t], ys[t])
+        history[t] = float(value) / len(seeds)
+        for k in p:
+            if optimizer == "sgd":
+                p[k] = p[k] - lrs[k] * g[k]
+                continue
+            m[k] = b1 * m[k] + (1 - b1) * g[k]
+            s[k] = b2 * s[k] + (1 - b2) * g[k] ** 2
+            m_hat, s_hat = m[k] / (1 - b1 ** (t + 1)), s[k] / (1 - b2 ** (t + 1))
+            p[k] = p[k] - lrs[k] * m_hat / (np.sqrt(s_hat) + epss[k])
+    return history, p
+
+
+# --------------------------------------------------------------------------- cosine attention
+def cosine_logits(q, k, gain=1.0) -> np.ndarray:
+    """Cosine-similarity logits with a temperature: ``gain · q̂·k̂`` with q̂ = q/‖q‖, k̂ = k/‖k‖.
+
+    q : (..., n_q, d), k : (..., n_k, d) with the same leading axes; gain : a positive scalar.
+    Returns (..., n_q, n_k), every entry in ``[−gain, gain]``. Zero vectors are rejected
+    (their direction is undefined).
+    """
+    q = as_float_array("q", q, min_ndim=2)
+    k = as_float_array("k", k, min_ndim=2)
+    gain = positive_scalar("gain", gain)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last axis (d); received q {q.shape}, k {k.shape}")
+    if q.shape[:-2] != k.shape[:-2]:
+        raise ValueError(f"q and k must have identical leading axes; received q {q.shape}, k {k.shape}")
+    qn, kn = np.linalg.norm(q, axis=-1, keepdims=True), np.linalg.norm(k, axis=-1, keepdims=True)
+    if (qn == 0).any() or (kn == 0).any():
+        raise ValueError("q and k must not contain zero vectors (cosine similarity is undefined)")
+    return gain * np.clip((q / qn) @ np.swapaxes(k / kn, -1, -2), -1.0, 1.0)
+
+
+def cosine_max_weight(n: int, gain=1.0) -> float:
+    """Largest softmax weight any one of ``n`` keys can get when every logit lies in ``[−gain, gain]``.
+
+    ``e^g / (e^g + (n − 1) e^{−g}) = 1 / (1 + (n − 1) e^{−2g})``, attained when the winning
+    key points along q and the other ``n − 1`` keys point the opposite way.
+    """
+    n = positive_int("n", n)
+    gain = positive_scalar("gain", gain)
+    return float(1.0 / (1.0 + (n - 1) * np.exp(-2.0 * gain)))
+
+
+def gain_for_max_weight(p: float, n: int) -> float:
+    """Smallest gain g with :func:`cosine_max_weight` ``(n, g) = p``: ``g = ½ log(p (n − 1) / (1 − p))``.
+
+    p must lie in ``(1/n, 1)`` (a weight ≤ 1/n needs no gain; weight 1 needs an infinite one).
+    """
+    n = positive_int("n", n)
+    if n < 2:
+        raise ValueError(f"n must be >= 2 (one key always gets weight 1), received {n}")
+    p = positive_scalar("p", p)
+    if not 1.0 / n < p < 1.0:
+        raise ValueError(f"p must lie in (1/n, 1) = ({1.0 / n:.4g}, 1), received {p}")
+    return float(0.5 * np.log(p * (n - 1) / (1.0 - p)))
+
+
+def cosine_score(q, k, params):
+    """Score function for the harness: ``q̂·k̂`` (no gain; a scale rule supplies the temperature).
+
+    q (S, B, H, n_q, d_k), k (S, B, H, n_k, d_k) → (S, B, H, n_q, n_k), written with
+    ``autograd.numpy``. Use with ``scale="none"`` for fixed temperature 1 or ``scale="learned"``
+    for a learned one.
+    """
+    qh = q / anp.sqrt(anp.sum(q * q, axis=-1, keepdims=True) + 1e-12)
+    kh = k / anp.sqrt(anp.sum(k * k, axis=-1, keepdims=True) + 1e-12)
+    return qh @ anp.swapaxes(kh, -1, -2)
+
+
+def register_cosine_score(name: str = "cosine_unit") -> str:
+    """Register :func:`cosine_score` under ``name`` (idempotent) and return the name."""
+    spec = SCORES.get(name)
+    if spec is not None and spec.fn is not cosine_score:
+        raise ValueError(f"score {name!r} is already registered with a different function")
+    if spec is None:
+        register_score(name, cosine_score)
+    return name
+
+
+__all__ = ["fold_query_scale", "train_per_parameter", "cosine_logits", "cosine_max_weight",
+           "gain_for_max_weight", "cosine_score", "register_cosine_score"]

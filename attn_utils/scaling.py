@@ -1,0 +1,175 @@
+"""The logit scale ``d_k^(-alpha)``: softmax statistics at initialisation, and tools to read trained models.
+
+Used by the chapter "Why √d_k and not another constant?":
+
+* :func:`scale_exponent_sweep` — for every exponent ``alpha`` and key size ``d_k``, draw random
+  queries, keys and values and measure what the softmax sees at initialisation (logit variance,
+  normalised entropy, largest probability, size of ``∂o/∂q``), all from the *same* draws;
+* :func:`query_key_vectors` — the first layer's queries and keys of a model trained with
+  :func:`attn_utils.train`, to measure how aligned they became;
+* :func:`running_mean` — a trailing moving average for noisy learning curves.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .attention import attention_query_jacobian
+from .softmax import entropy, softmax
+from .validation import as_float_array, positive_int
+
+
+@dataclass(frozen=True)
+class ScaleSweep:
+    """Softmax statistics at initialisation; every array is (n_alphas, n_d): row ``a``, column ``j``
+    is exponent ``alphas[a]`` at key size ``d_values[j]``.
+
+    logit_var : variance of one logit ``d^(-alpha) q·k`` (over all draws and keys).
+    entropy : mean attention entropy divided by ``log n_keys`` (1 = uniform, 0 = one-hot).
+    max_prob : mean of the largest attention weight.
+    grad_median : median over draws of ``‖∂o/∂q‖₂`` for a scalar value per key (``d_v = 1``).
+    grad_mean : the mean of the same quantity (dominated by rare near-ties when the softmax saturates).
+    """
+
+    alphas: np.ndarray
+    d_values: np.ndarray
+    n_keys: int
+    n_draws: int
+    logit_var: np.ndarray
+    entropy: np.ndarray
+    max_prob: np.ndarray
+    grad_median: np.ndarray
+    grad_mean: np.ndarray
+
+
+def _one_d_array(name: str, values, *, integer: bool) -> np.ndarray:
+    arr = as_float_array(name, values, min_ndim=1)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError(f"{name} must have shape (m,) with m >= 1, received shape {arr.shape}")
+    if integer:
+        if np.any(arr < 1) or np.any(arr != np.round(arr)):
+            raise ValueError(f"{name} must hold integers >= 1, received {arr.tolist()}")
+        return arr.astype(np.int64)
+    return arr
+
+
+def scale_exponent_sweep(rng: np.random.Generator, d_values, alphas, *, n_keys: int = 16,
+                         n_draws: int = 1000, method: str = "direct") -> ScaleSweep:
+    """Measure the softmax at initialisation under the logit scale ``s = d^(-alpha)``.
+
+    The model: ``n_draws`` queries ``q ~ N(0, I_d)``, each with ``n_keys`` keys ``k_j ~ N(0, I_d)``
+    and scalar values ``v_j ~ N(0, 1)``, all independent; logits ``z_j = s q·k_j``, weights
+    ``p = softmax(z)``, output ``o = Σ_j p_j v_j`` and its gradient ``∂o/∂q`` (a vector of length d).
+    For each ``d`` one set of draws is shared by every exponent (common random numbers, so the
+    differences between exponents are not sampling noise).
+
+    method : ``"direct"`` forms the d-dimensional vectors and gets ``∂o/∂q`` from
+        :func:`attn_utils.attention_query_jacobian`. ``"mixture"`` never forms them; it samples the
+        exact representation of the chapter's proposition: ``z = σ g`` with ``g ~ N(0, I_n)`` and
+        ``σ² = s² χ²_d``, and ``‖∂o/∂q‖² = s² ((w·g)² + ‖w‖² χ²_{d−1})`` with ``w = J(p) v``
+        (``J = diag(p) − p pᵀ``) and an independent ``χ²_{d−1}``. Both give the same distribution,
+        so they agree up to sampling error; ``"mixture"`` costs O(n_keys) per draw whatever ``d``.
+
+    Parameters
+    ----------
+    rng : np.random.Generator
+    d_values : (n_d,) key sizes, integers >= 1
+    alphas : (n_alphas,) exponents (real numbers; 0 = unscaled, 0.5 = the Transformer, 1 = muP)
+    n_keys : keys per query (>= 2)
+    n_draws : queries per key size (>= 2)
+
+    Returns
+    -------
+    ScaleSweep with (n_alphas, n_d) arrays.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
+    d_values = _one_d_array("d_values", d_values, integer=True)
+    alphas = _one_d_array("alphas", alphas, integer=False)
+    n_keys = positive_int("n_keys", n_keys)
+    n_draws = positive_int("n_draws", n_draws)
+    if n_keys < 2:
+        raise ValueError(f"n_keys must be >= 2 (one key gives p = 1 always), received {n_keys}")
+    if n_draws < 2:
+        raise ValueError(f"n_draws must be >= 2, received {n_draws}")
+    if method not in ("direct", "mixture"):
+        raise ValueError(f"method must be 'direct' or 'mixture', received {method!r}")
+    shape = (alphas.size, d_values.size)
+    out = {name: np.empty(shape) for name in ("logit_var", "entropy", "max_prob", "grad_median", "grad_mean")}
+    for j, d in enumerate(d_values):
+        d = int(d)
+        if method == "direct":
+            q = rng.standard_normal((n_draws, d))
+            k = rng.standard_normal((n_draws, n_keys, d))
+            v = rng.standard_normal((n_draws, n_keys, 1))
+            raw = np.einsum("nkd,nd->nk", k, q)                    # (n_draws, n_keys) unscaled q·k_j
+        else:
+            g = rng.standard_normal((n_draws, n_keys))
+            v = rng.standard_normal((n_draws, n_keys))
+            norm_q = np.sqrt(rng.chisquare(d, n_draws))            # ‖q‖ for q ~ N(0, I_d)
+            chi_rest = rng.chisquare(d - 1, n_draws) if d > 1 else np.zeros(n_draws)
+            raw = norm_q[:, None] * g                              # q·k_j given q is N(0, ‖q‖²), iid over j
+        for a, alpha in enumerate(alphas):
+            s = float(d) ** -float(alpha)
+            z = s * raw
+            p = softmax(z)
+            out["logit_var"][a, j] = np.var(z)
+            out["entropy"][a, j] = np.mean(entropy(p)) / np.log(n_keys)
+            out["max_prob"][a, j] = np.mean(p.max(axis=-1))
+            if method == "direct":
+                grad = np.linalg.norm(attention_query_jacobian(q, k, v, scale=s)[:, 0, :], axis=-1)
+            else:
+                w = p * (v - np.sum(p * v, axis=-1, keepdims=True))   # J v without forming J
+                grad = s * np.sqrt(np.sum(w * g, axis=-1) ** 2 + np.sum(w * w, axis=-1) * chi_rest)
+            out["grad_median"][a, j] = np.median(grad)
+            out["grad_mean"][a, j] = np.mean(grad)
+    return ScaleSweep(alphas, d_values, n_keys, n_draws, **out)
+
+
+def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.ndarray]:
+    """First-layer queries and keys of models trained with :func:`attn_utils.train`.
+
+    The input of layer 0 is the embedding ``h = E[x] + P``, so ``q = h W_q`` and ``k = h W_k``
+    (``k = q`` when ``config.share_qk``). Scale rules and QK-norm are *not* applied: these are
+    the raw vectors whose dot product the scale multiplies. The embedding and the head split are
+    the training harness's own, so the vectors are exactly those of the model's forward pass
+    (:func:`attn_utils.bilinear.first_layer_queries` returns the queries alone).
+
+    params : the dict of a :class:`attn_utils.TrainResult` (each entry (S, …))
+    config : its :class:`attn_utils.ModelConfig` (``encoder="attention"``)
+    task : its :class:`attn_utils.Task`
+    x : (batch, n) int tokens shared by all seeds, or (S, batch, n)
+
+    Returns ``q, k``, each (S, batch, n_heads, n, d_k), float64.
+    """
+    from .training import ModelConfig, _embed, _heads, _prepare  # local import: training imports nothing from here
+
+    if isinstance(config, ModelConfig) and config.encoder != "attention":
+        raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
+    if not isinstance(params, dict) or "L0.W_q" not in params:
+        raise TypeError("params must be the dict of a TrainResult (with 'E' and 'L0.W_q')")
+    x, _ = _prepare(params, config, task, x, None)          # validates config, task, params and x
+    h0 = _embed(params, config, x)                          # (S, B, n, d)
+    q = np.asarray(_heads(h0, params["L0.W_q"]), dtype=np.float64)
+    k = q if config.share_qk else np.asarray(_heads(h0, params["L0.W_k"]), dtype=np.float64)
+    return q, k
+
+
+def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
+    """Trailing moving average along ``axis``: entry ``t`` is the mean of ``x[max(0, t−window+1) … t]``.
+
+    x : any shape with at least one axis; returns the same shape (the first ``window − 1``
+    entries average over the shorter prefix, so nothing is dropped or padded).
+    """
+    x = as_float_array("x", x, min_ndim=1)
+    window = positive_int("window", window)
+    x = np.moveaxis(x, axis, 0)
+    c = np.cumsum(x, axis=0)
+    out = c.copy()
+    out[window:] = c[window:] - c[:-window]
+    counts = np.minimum(np.arange(1, x.shape[0] + 1), window).reshape((-1,) + (1,) * (x.ndim - 1))
+    return np.moveaxis(out / counts, 0, axis)
+
+
+__all__ = ["ScaleSweep", "scale_exponent_sweep", "query_key_vectors", "running_mean"]

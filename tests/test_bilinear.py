@@ -1,0 +1,235 @@
+"""Unit and property tests for attn_utils.bilinear (chapter 8: why W_Q and W_K differ)."""
+import math
+
+import autograd
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_utils import (SELF_PENALTY, ModelConfig, argmax_offset_rate, attention_weights, count_macs,
+                        cyclic_previous_token_task, diagonal_max_probability, dot_score_no_self, factorization_rank,
+                        first_layer_queries, init_mha_params, init_params, previous_token_task, qk_attention_layer,
+                        qk_scores, register_score, self_attention_layer, self_mask)
+from attn_utils.training import SCORES
+
+PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
+
+
+# ---------------------------------------------------------------- scores
+
+@PROPS
+@given(n=st.integers(2, 9), d=st.integers(1, 8), dk=st.integers(1, 6), seed=st.integers(0, 10_000))
+def test_shared_scores_are_a_gram_matrix(n, d, dk, seed):
+    rng = np.random.default_rng(seed)
+    x, w = rng.normal(size=(n, d)), rng.normal(size=(d, dk))
+    s = qk_scores(x, w)
+    a = x @ w
+    np.testing.assert_allclose(s, a @ a.T, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(s, s.T, rtol=0, atol=1e-12)
+    scale = max(1.0, float(np.abs(s).max()))
+    assert np.linalg.eigvalsh(s).min() >= -1e-10 * scale
+    diag = np.diag(s)
+    # Cauchy–Schwarz: s_ij ≤ sqrt(s_ii s_jj) ≤ max(s_ii, s_jj)
+    assert (s <= np.sqrt(np.outer(diag, diag)) + 1e-9 * scale).all()
+    # the longest row always has its maximum on the diagonal
+    i = int(np.argmax(diag))
+    assert s[i, i] >= s[i].max() - 1e-9 * scale
+
+
+def test_separate_scores_and_broadcasting():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5, 7, 6))
+    w_q, w_k = rng.normal(size=(5, 6, 3)), rng.normal(size=(5, 6, 3))
+    s = qk_scores(x, w_q, w_k)
+    assert s.shape == (5, 7, 7)
+    np.testing.assert_allclose(s, (x @ w_q) @ np.swapaxes(x @ w_k, -1, -2), rtol=1e-12)
+    assert not np.allclose(s, np.swapaxes(s, -1, -2))
+
+
+def test_qk_scores_counts_one_product_fewer_when_shared():
+    rng = np.random.default_rng(1)
+    n, d, dk = 9, 8, 4
+    x, w_q, w_k = rng.normal(size=(n, d)), rng.normal(size=(d, dk)), rng.normal(size=(d, dk))
+    with count_macs() as sep:
+        qk_scores(x, w_q, w_k)
+    with count_macs() as sh:
+        qk_scores(x, w_q)
+    assert (sep.macs, sep.products) == (2 * n * d * dk + n * n * dk, 3)
+    assert (sh.macs, sh.products) == (n * d * dk + n * n * dk, 2)
+
+
+def test_qk_scores_validates_shapes():
+    x = np.zeros((4, 6))
+    with pytest.raises(ValueError, match="w_q"):
+        qk_scores(x, np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="w_k"):
+        qk_scores(x, np.zeros((6, 2)), np.zeros((6, 3)))
+    with pytest.raises(ValueError, match="x"):
+        qk_scores(np.zeros(6), np.zeros((6, 2)))
+
+
+# ---------------------------------------------------------------- argmax rates
+
+def test_argmax_offset_rate_on_known_patterns():
+    n = 6
+    eye = np.eye(n)
+    assert argmax_offset_rate(eye, 0) == 1.0
+    assert argmax_offset_rate(eye, -1) == 0.0
+    shift = np.roll(eye, -1, axis=1)                     # row i has its max at i − 1 (mod n)
+    assert argmax_offset_rate(shift, -1, cyclic=True) == 1.0
+    assert argmax_offset_rate(shift, -1) == 1.0          # rows 1..n−1 only
+    # a mask can hide the diagonal
+    s = 2 * eye + shift
+    assert argmax_offset_rate(s, -1, cyclic=True) == 0.0
+    assert argmax_offset_rate(s, -1, cyclic=True, mask=~np.eye(n, dtype=bool)) == 1.0
+    batch = np.stack([eye, shift])
+    np.testing.assert_array_equal(argmax_offset_rate(batch, 0), [1.0, 0.0])
+
+
+def test_argmax_offset_rate_validates():
+    with pytest.raises(ValueError, match="scores"):
+        argmax_offset_rate(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="offset"):
+        argmax_offset_rate(np.zeros((3, 3)), 3)
+    with pytest.raises(TypeError, match="offset"):
+        argmax_offset_rate(np.zeros((3, 3)), 0.5)
+    with pytest.raises(TypeError, match="mask"):
+        argmax_offset_rate(np.zeros((3, 3)), mask=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="no allowed key"):
+        argmax_offset_rate(np.zeros((3, 3)), mask=np.zeros((3, 3), bool))
+
+
+def test_separate_rate_is_one_over_n_and_shared_matches_the_formula():
+    rng = np.random.default_rng(2)
+    T, n, d, dk = 1500, 8, 16, 4
+    x = rng.normal(size=(T, n, d))
+    w_q, w_k = rng.normal(size=(T, d, dk)), rng.normal(size=(T, d, dk))
+    sep = argmax_offset_rate(qk_scores(x, w_q, w_k), 0)
+    assert abs(sep.mean() - 1 / n) < 4 * sep.std() / math.sqrt(T)
+    w = rng.normal(size=(d, dk))
+    shared = argmax_offset_rate(qk_scores(x, w), 0)
+    theory = diagonal_max_probability(w, n, rng, 40_000)
+    assert abs(shared.mean() - theory) < 4 * shared.std() / math.sqrt(T) + 0.01
+
+
+def test_one_dimensional_head_has_at_most_two_diagonal_winners():
+    rng = np.random.default_rng(6)
+    x, w = rng.normal(size=(400, 8, 5)), rng.normal(size=(5, 1))
+    a = (x @ w)[..., 0]
+    wins = argmax_offset_rate(qk_scores(x, w), 0) * 8
+    np.testing.assert_array_equal(wins, (a.max(axis=-1) > 0).astype(int) + (a.min(axis=-1) < 0))
+
+
+def test_diagonal_max_probability_special_cases():
+    rng = np.random.default_rng(3)
+    # d_k = 1: row i peaks on the diagonal iff a_i is the largest and positive or the smallest and negative
+    assert abs(diagonal_max_probability(np.ones((5, 1)), 8, rng, 50_000) - (2 - 2.0**-7) / 8) < 0.01
+    assert diagonal_max_probability(np.eye(64)[:, :64], 2, rng, 2000) > 0.999
+    with pytest.raises(ValueError, match="n"):
+        diagonal_max_probability(np.eye(3), 1, rng)
+    with pytest.raises(ValueError, match="w"):
+        diagonal_max_probability(np.ones((2, 3, 4)), 4, rng)
+
+
+# ---------------------------------------------------------------- self-mask and the layer
+
+def test_self_mask_follows_the_reformer_rule():
+    m = self_mask(5)
+    assert not np.diag(m).any() and m.sum() == 20
+    c = self_mask(5, causal=True)
+    assert c[0, 0] and not np.diag(c)[1:].any()
+    np.testing.assert_array_equal(c[1:], np.tril(np.ones((5, 5), bool), -1)[1:])
+    assert self_mask(1)[0, 0]  # a single token has nothing else to attend to
+
+
+def test_qk_attention_layer_matches_the_library_and_counts_the_saving():
+    rng = np.random.default_rng(4)
+    n, d, h = 10, 12, 3
+    x, params = rng.normal(size=(2, n, d)), init_mha_params(rng, d, h)
+    ref, w_ref = self_attention_layer(x, params, h)
+    out, w = qk_attention_layer(x, params, h)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+    np.testing.assert_allclose(w, w_ref, rtol=1e-12)
+    with count_macs() as sep:
+        qk_attention_layer(x[0], params, h)
+    with count_macs() as sh:
+        out_sh, w_sh = qk_attention_layer(x[0], {k: v for k, v in params.items() if k != "W_k"}, h, share_qk=True)
+    assert sep.macs - sh.macs == n * d * d and sep.products - sh.products == 1
+    same = dict(params, W_k=params["W_q"])
+    np.testing.assert_allclose(out_sh, qk_attention_layer(x[0], same, h)[0], rtol=1e-12)
+    _, w_masked = qk_attention_layer(x[0], same, h, share_qk=True, mask=self_mask(n))
+    assert np.all(np.diagonal(w_masked, axis1=-2, axis2=-1) == 0)
+    with pytest.raises(ValueError, match="W_k"):
+        qk_attention_layer(x, {k: v for k, v in params.items() if k != "W_k"}, h)
+
+
+# ---------------------------------------------------------------- factorisation
+
+@pytest.mark.parametrize("d,dk", [(5, 1), (6, 2), (7, 3), (6, 6)])
+def test_factorization_rank_equals_the_manifold_dimension(d, dk):
+    rng = np.random.default_rng(d * 10 + dk)
+    w_q, w_k = rng.normal(size=(d, dk)), rng.normal(size=(d, dk))
+    assert factorization_rank(w_q, w_k) == dk * (2 * d - dk)
+    assert factorization_rank(w_q) == d * dk - dk * (dk - 1) // 2
+
+
+def test_factorization_rank_validates():
+    with pytest.raises(ValueError, match="w_k"):
+        factorization_rank(np.ones((4, 2)), np.ones((4, 3)))
+    with pytest.raises(ValueError, match="w_q"):
+        factorization_rank(np.ones((2, 4, 2)))
+
+
+# ---------------------------------------------------------------- harness pieces
+
+def test_dot_score_no_self_removes_the_diagonal_and_is_differentiable():
+    rng = np.random.default_rng(5)
+    q = rng.normal(size=(2, 3, 1, 4, 5))
+    s = dot_score_no_self(q, q, {})
+    np.testing.assert_allclose(np.diagonal(s, axis1=-2, axis2=-1),
+                               np.einsum("...nd,...nd->...n", q, q) - SELF_PENALTY)
+    g = autograd.grad(lambda z: dot_score_no_self(z, z, {}).sum())(q)
+    np.testing.assert_allclose(g, 2 * q.sum(axis=-2, keepdims=True) * np.ones_like(q), rtol=1e-12)
+    with pytest.raises(ValueError, match="n_q"):
+        dot_score_no_self(q, q[..., :3, :], {})
+
+
+def test_registered_no_self_score_gives_zero_self_weight_except_when_alone():
+    register_score("test_no_self", dot_score_no_self, overwrite=True)
+    try:
+        task = previous_token_task(n=5, vocab=4)
+        x = task.sample(0, 3).x
+        for causal in (False, True):
+            cfg = ModelConfig(d_model=8, share_qk=True, score="test_no_self", causal=causal)
+            w = attention_weights(init_params(cfg, task, [0, 1]), cfg, task, x)[0]
+            diag = np.diagonal(w, axis1=-2, axis2=-1)
+            assert np.all(diag[..., 1:] == 0)
+            assert np.all(diag[..., 0] == (1.0 if causal else 0.0))
+            np.testing.assert_allclose(w.sum(axis=-1), 1.0)
+    finally:
+        SCORES.pop("test_no_self", None)
+
+
+def test_cyclic_previous_token_task():
+    task = cyclic_previous_token_task(n=5, vocab=3)
+    b = task.sample(7, 4)
+    assert b.x.shape == b.y.shape == (4, 5) and task.per_position
+    np.testing.assert_array_equal(b.y[:, 0], b.x[:, -1])
+    np.testing.assert_array_equal(b.y[:, 1:], b.x[:, :-1])
+    np.testing.assert_array_equal(task.sample(7, 4).x, b.x)
+    with pytest.raises(ValueError, match="n"):
+        cyclic_previous_token_task(n=2)
+
+
+def test_first_layer_queries_reproduce_the_shared_scores():
+    task = previous_token_task(n=6, vocab=5)
+    cfg = ModelConfig(d_model=8, n_heads=2, share_qk=True, scale="none")
+    params = init_params(cfg, task, [0, 3])
+    x = task.sample(1, 4).x
+    q = first_layer_queries(params, cfg, task, x)
+    assert q.shape == (2, 4, 2, 6, 4)
+    s = q @ np.swapaxes(q, -1, -2)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    np.testing.assert_allclose(e / e.sum(axis=-1, keepdims=True), attention_weights(params, cfg, task, x)[0],
+                               rtol=1e-10, atol=1e-12)

@@ -1,0 +1,195 @@
+"""Unit and property tests for attn_utils.heads (chapter 9)."""
+import numpy as np
+import pytest
+from autograd import grad
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attn_utils import (ModelConfig, count_macs, fit_attention_pattern, greedy_head_pruning, head_contributions,
+                        init_mha_params, init_params, log_ratio_matrix, logit_factors, loss, mha_macs,
+                        mha_param_count, min_head_dim, multi_head_attention, self_attention_layer, softmax,
+                        train, two_relation_task)
+
+PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
+
+
+# ---------------------------------------------------------------- cost
+
+@pytest.mark.parametrize("h", [1, 2, 4, 8, 16])
+def test_mha_macs_independent_of_heads_when_dk_is_d_over_h(h):
+    n, d = 10, 64
+    parts = mha_macs(n, d, h)
+    assert parts["projections"] == 4 * n * d * d
+    assert parts["scores"] == parts["weighted_sum"] == n * n * d
+    assert parts["total"] == 4 * n * d * d + 2 * n * n * d
+    assert parts["softmax_entries"] == h * n * n
+
+
+@pytest.mark.parametrize("h", [1, 4, 8])
+def test_mha_macs_matches_counted_layer(h):
+    rng = np.random.default_rng(0)
+    n, d = 7, 32
+    params = init_mha_params(rng, d, h)
+    with count_macs() as c:
+        self_attention_layer(rng.standard_normal((n, d)), params, h=h)
+    assert c.macs == mha_macs(n, d, h)["total"]
+
+
+def test_mha_macs_fixed_dk_grows_linearly_and_matches_param_count():
+    a, b = mha_macs(5, 16, 2, d_k=8, d_v=8), mha_macs(5, 16, 8, d_k=8, d_v=8)
+    assert b["total"] == 4 * a["total"]
+    assert a["projections"] == 5 * mha_param_count(16, 2, d_k=8, d_v=8)
+
+
+def test_mha_macs_validation():
+    with pytest.raises(ValueError, match="divisible"):
+        mha_macs(4, 10, 3)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        mha_macs(0, 8, 2)
+    with pytest.raises(TypeError, match="d_k must be an integer"):
+        mha_macs(4, 8, 2, d_k=2.5)
+
+
+# ---------------------------------------------------------------- reachable patterns
+
+def test_log_ratio_matrix_values_and_shape():
+    p = np.array([[0.5, 0.25, 0.25], [0.2, 0.2, 0.6]])
+    r = log_ratio_matrix(p)
+    assert r.shape == (2, 2)
+    np.testing.assert_allclose(r, [[np.log(2), 0.0], [np.log(1 / 3), np.log(1 / 3)]])
+
+
+@pytest.mark.parametrize("bad, match", [
+    (np.array([[1.0, 0.0], [0.5, 0.5]]), "strictly positive"),
+    (np.array([[0.6, 0.6], [0.5, 0.5]]), "sum to 1"),
+    (np.array([[1.0], [1.0]]), "at least 2 keys"),
+    (np.array([0.5, 0.5]), "at least 2 axes"),
+])
+def test_log_ratio_matrix_rejects_bad_patterns(bad, match):
+    with pytest.raises(ValueError, match=match):
+        log_ratio_matrix(bad)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_identity_like_pattern_needs_n_minus_1(n):
+    p = softmax(3.0 * np.eye(n))
+    assert min_head_dim(p) == n - 1
+    q, k = logit_factors(p, n - 1)
+    np.testing.assert_allclose(softmax(q @ k.T), p, atol=1e-12)
+    if n > 2:
+        q, k = logit_factors(p, n - 2)
+        assert np.abs(softmax(q @ k.T) - p).max() > 1e-3
+
+
+def test_uniform_pattern_needs_no_dimension():
+    p = np.full((4, 4), 0.25)
+    assert min_head_dim(p) == 0
+    q, k = logit_factors(p, 1)
+    np.testing.assert_allclose(softmax(q @ k.T), p, atol=1e-15)
+
+
+@PROPS
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 6), r=st.integers(1, 5))
+def test_rank_r_logits_are_recovered_exactly(seed, n, r):
+    """Property: any pattern made by rank-r logits (plus row shifts) has min_head_dim ≤ r and is rebuilt exactly."""
+    rng = np.random.default_rng(seed)
+    r = min(r, n)
+    s = rng.standard_normal((n, r)) @ rng.standard_normal((r, n)) + rng.standard_normal((n, 1)) * 5
+    p = softmax(s)
+    assert min_head_dim(p, rtol=1e-8) <= r
+    q, k = logit_factors(p, r)
+    np.testing.assert_allclose(softmax(q @ k.T), p, atol=1e-10)
+
+
+def test_fit_attention_pattern_floor():
+    rng = np.random.default_rng(1)
+    target = softmax(3.0 * np.eye(3))
+    exact = fit_attention_pattern(target, 2, rng, restarts=4, steps=1500)
+    short = fit_attention_pattern(target, 1, rng, restarts=4, steps=1500)
+    assert exact.kl < 1e-8
+    t, s = target[0, 0], target[0, 1]
+    assert short.kl >= 0.5 * (t - s) ** 2 / 3  # Pinsker bound from the chapter
+    np.testing.assert_allclose(short.pattern, softmax(short.q @ short.k.T))
+    assert short.kl_restarts.shape == (4,)
+
+
+def test_fit_attention_pattern_validation():
+    rng = np.random.default_rng(0)
+    with pytest.raises(TypeError, match="rng"):
+        fit_attention_pattern(np.full((2, 2), 0.5), 1, 0)
+    with pytest.raises(ValueError, match="2-D"):
+        fit_attention_pattern(np.full((2, 2, 2), 0.5), 1, rng)
+
+
+# ---------------------------------------------------------------- head contributions
+
+@PROPS
+@given(seed=st.integers(0, 10_000), h=st.sampled_from([1, 2, 4, 8]), n=st.integers(1, 6))
+def test_head_contributions_sum_to_multi_head_attention(seed, h, n):
+    rng = np.random.default_rng(seed)
+    d = 16
+    params = init_mha_params(rng, d, h)
+    x = rng.standard_normal((2, n, d))
+    parts = head_contributions(x, x, params, h)
+    assert parts.shape == (2, h, n, d)
+    np.testing.assert_allclose(parts.sum(axis=-3), multi_head_attention(x, x, params, h)[0], atol=1e-12)
+
+
+def test_head_contributions_validation():
+    rng = np.random.default_rng(0)
+    params = init_mha_params(rng, 8, 2)
+    with pytest.raises(ValueError, match="x_q axis -1"):
+        head_contributions(np.zeros((3, 7)), np.zeros((3, 8)), params, 2)
+    with pytest.raises(ValueError, match="missing"):
+        head_contributions(np.zeros((3, 8)), np.zeros((3, 8)), {"W_q": params["W_q"]}, 2)
+
+
+# ---------------------------------------------------------------- pruning
+
+def test_greedy_head_pruning_matches_direct_evaluation():
+    task = two_relation_task(n=6, vocab=4)
+    cfg = ModelConfig(d_model=8, n_heads=4)
+    res = train(cfg, task, seeds=(0, 1), steps=20, log_stats=False, eval_size=16)
+    batch = task.sample(np.random.default_rng(5), 32)
+    curve = greedy_head_pruning(res.params, cfg, task, batch)
+    assert curve.accuracy.shape == (2, 5) and curve.order.shape == (2, 4)
+    for s in range(2):
+        assert sorted(curve.order[s]) == [0, 1, 2, 3]          # every head removed exactly once
+    np.testing.assert_allclose(curve.accuracy[:, 0], res.evaluate(batch)["accuracy"])
+    for s in range(2):                                         # replay seed s's order with explicit masks
+        keep = np.ones(4)
+        for step, head in enumerate(curve.order[s]):
+            keep[head] = 0
+            acc = res.evaluate(batch, head_mask=keep)["accuracy"][s]
+            assert acc == pytest.approx(curve.accuracy[s, step + 1])
+            if step == 0:
+                assert acc == pytest.approx(curve.alone[s, head])
+    # greedy: the first removal is the best single removal
+    np.testing.assert_allclose(curve.accuracy[:, 1], curve.alone.max(axis=1))
+    assert (curve.removable(1.0) == 4).all()
+
+
+def test_greedy_head_pruning_validation():
+    task = two_relation_task(n=6, vocab=4)
+    cfg = ModelConfig(d_model=8, n_heads=2)
+    params = init_params(cfg, task, (0,))
+    batch = task.sample(np.random.default_rng(0), 4)
+    with pytest.raises(TypeError, match="TaskBatch"):
+        greedy_head_pruning(params, cfg, task, batch.x)
+    with pytest.raises(TypeError, match="ModelConfig"):
+        greedy_head_pruning(params, "cfg", task, batch)
+
+
+def test_identical_heads_get_identical_gradients():
+    """The symmetry argument of the chapter: nothing in the loss tells two equal heads apart."""
+    task = two_relation_task(n=6, vocab=4)
+    cfg = ModelConfig(d_model=8, n_heads=2)
+    p = init_params(cfg, task, (0,))
+    for name in ("L0.W_q", "L0.W_k", "L0.W_v"):
+        p[name][:, :, 1] = p[name][:, :, 0]
+    p["L0.W_o"][:, 1] = p["L0.W_o"][:, 0]
+    batch = task.sample(np.random.default_rng(0), 8)
+    g = grad(loss)(p, cfg, task, batch.x, batch.y)
+    for name in ("L0.W_q", "L0.W_k", "L0.W_v"):
+        np.testing.assert_allclose(g[name][:, :, 0], g[name][:, :, 1], atol=1e-12)
+    np.testing.assert_allclose(g["L0.W_o"][:, 0], g["L0.W_o"][:, 1], atol=1e-12)

@@ -1,0 +1,179 @@
+"""Unit and property tests for attn_utils.scaling (chapter 4)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
+
+import attn_utils as au
+from attn_utils.scaling import ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep
+
+PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
+
+
+# ---------------------------------------------------------------- scale_exponent_sweep
+
+def test_sweep_shapes_and_types():
+    sw = scale_exponent_sweep(np.random.default_rng(0), [4, 16, 64], [0.0, 0.5], n_keys=8, n_draws=50)
+    assert isinstance(sw, ScaleSweep)
+    for field in ("logit_var", "entropy", "max_prob", "grad_median", "grad_mean"):
+        assert getattr(sw, field).shape == (2, 3)
+    assert sw.d_values.dtype == np.int64 and sw.n_keys == 8 and sw.n_draws == 50
+
+
+@pytest.mark.parametrize("method", ["direct", "mixture"])
+def test_logit_variance_is_d_to_the_one_minus_two_alpha(method):
+    d_values, alphas = np.array([4, 64, 256]), np.array([0.0, 0.25, 0.5, 1.0])
+    sw = scale_exponent_sweep(np.random.default_rng(1), d_values, alphas, n_keys=8, n_draws=3000, method=method)
+    theory = d_values[None, :] ** (1 - 2 * alphas[:, None])
+    np.testing.assert_allclose(sw.logit_var / theory, 1.0, atol=0.08)
+
+
+def test_statistics_are_bounded_and_ordered():
+    sw = scale_exponent_sweep(np.random.default_rng(2), [16, 256], [0.0, 0.5, 1.0], n_keys=16, n_draws=400)
+    assert np.all((sw.entropy >= 0) & (sw.entropy <= 1 + 1e-12))
+    assert np.all((sw.max_prob >= 1 / 16 - 1e-12) & (sw.max_prob <= 1 + 1e-12))
+    # a larger exponent means smaller logits: entropy increases and the largest weight decreases with alpha
+    assert np.all(np.diff(sw.entropy, axis=0) > 0)
+    assert np.all(np.diff(sw.max_prob, axis=0) < 0)
+
+
+def test_half_is_flat_and_others_drift():
+    sw = scale_exponent_sweep(np.random.default_rng(3), [16, 1024], [0.0, 0.5, 1.0], n_keys=16, n_draws=600,
+                              method="mixture")
+    assert sw.entropy[1, 1] / sw.entropy[1, 0] == pytest.approx(1.0, abs=0.05)
+    assert sw.grad_median[1, 1] / sw.grad_median[1, 0] == pytest.approx(1.0, abs=0.1)
+    assert sw.max_prob[0, 1] > 0.9 and sw.entropy[2, 1] > 0.99
+    assert sw.grad_median[2, 1] / sw.grad_median[2, 0] == pytest.approx((16 / 1024) ** 0.5, rel=0.15)
+
+
+def test_direct_and_mixture_agree_in_distribution():
+    kw = dict(n_keys=8, n_draws=8000)
+    direct = scale_exponent_sweep(np.random.default_rng(4), [8, 32], [0.25, 0.5, 1.0], **kw)
+    mixture = scale_exponent_sweep(np.random.default_rng(5), [8, 32], [0.25, 0.5, 1.0], method="mixture", **kw)
+    np.testing.assert_allclose(direct.entropy, mixture.entropy, atol=0.01)
+    np.testing.assert_allclose(direct.max_prob, mixture.max_prob, atol=0.01)
+    np.testing.assert_allclose(direct.grad_median, mixture.grad_median, rtol=0.05)
+    np.testing.assert_allclose(direct.grad_mean, mixture.grad_mean, rtol=0.05)
+
+
+def test_direct_gradient_matches_hand_formula_on_the_same_draws():
+    # replay the generator: the direct method draws q, k, v in this order for each d
+    d, n, m, alpha = 6, 5, 7, 0.5
+    sw = scale_exponent_sweep(np.random.default_rng(6), [d], [alpha], n_keys=n, n_draws=m)
+    rng = np.random.default_rng(6)
+    q, k, v = rng.standard_normal((m, d)), rng.standard_normal((m, n, d)), rng.standard_normal((m, n))
+    s = d ** -alpha
+    p = au.softmax(s * np.einsum("mkd,md->mk", k, q))
+    w = p * (v - np.sum(p * v, axis=-1, keepdims=True))            # J v
+    grad = np.linalg.norm(s * np.einsum("mk,mkd->md", w, k), axis=-1)
+    assert sw.grad_median[0, 0] == pytest.approx(np.median(grad), rel=1e-12)
+    assert sw.grad_mean[0, 0] == pytest.approx(np.mean(grad), rel=1e-12)
+
+
+def test_d_equal_one_is_allowed_in_mixture():
+    sw = scale_exponent_sweep(np.random.default_rng(7), [1, 2], [0.5], n_keys=4, n_draws=100, method="mixture")
+    assert np.all(np.isfinite(sw.grad_median))
+
+
+def test_sweep_is_reproducible():
+    a = scale_exponent_sweep(np.random.default_rng(8), [4, 8], [0.5], n_keys=4, n_draws=30)
+    b = scale_exponent_sweep(np.random.default_rng(8), [4, 8], [0.5], n_keys=4, n_draws=30)
+    np.testing.assert_array_equal(a.entropy, b.entropy)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(rng=0), TypeError, "rng"),
+    (dict(d_values=[[4, 8]]), ValueError, "d_values"),
+    (dict(d_values=[4.5]), ValueError, "d_values"),
+    (dict(d_values=[0]), ValueError, "d_values"),
+    (dict(alphas=[]), ValueError, "alphas"),
+    (dict(n_keys=1), ValueError, "n_keys"),
+    (dict(n_draws=1), ValueError, "n_draws"),
+    (dict(method="exact"), ValueError, "method"),
+])
+def test_sweep_rejects_bad_arguments(kwargs, exc, match):
+    args = dict(rng=np.random.default_rng(0), d_values=[4], alphas=[0.5])
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        scale_exponent_sweep(args.pop("rng"), args.pop("d_values"), args.pop("alphas"), **args)
+
+
+# ---------------------------------------------------------------- query_key_vectors
+
+def _tiny_model(**overrides):
+    task = au.recall_task()
+    config = au.ModelConfig(d_model=8, d_k=4, **overrides)
+    return task, config, au.init_params(config, task, (0, 1))
+
+
+def test_query_key_vectors_match_a_manual_computation():
+    task, config, params = _tiny_model()
+    x = task.sample(np.random.default_rng(0), 3).x
+    q, k = query_key_vectors(params, config, task, x)
+    assert q.shape == k.shape == (2, 3, 1, task.seq_len, 4)
+    h = params["E"][1][x] + params["P"][1]                          # seed 1, (3, n, 8)
+    np.testing.assert_allclose(q[1, :, 0], h @ params["L0.W_q"][1][:, 0, :], rtol=1e-12)
+    np.testing.assert_allclose(k[1, :, 0], h @ params["L0.W_k"][1][:, 0, :], rtol=1e-12)
+
+
+def test_query_key_vectors_dot_product_reproduces_model_attention():
+    task, config, params = _tiny_model(scale="sqrt")
+    x = task.sample(np.random.default_rng(1), 4).x
+    q, k = query_key_vectors(params, config, task, x)
+    weights = au.softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(4))
+    np.testing.assert_allclose(weights, au.attention_weights(params, config, task, x)[0], atol=1e-12)
+
+
+def test_query_key_vectors_shared_and_per_seed_inputs():
+    task, config, params = _tiny_model(share_qk=True)
+    x = task.sample(np.random.default_rng(2), 2).x
+    q, k = query_key_vectors(params, config, task, np.stack([x, x]))
+    np.testing.assert_array_equal(q, k)
+
+
+def test_query_key_vectors_rejects_bad_input():
+    task, config, params = _tiny_model()
+    with pytest.raises(ValueError, match="x must have shape"):
+        query_key_vectors(params, config, task, np.zeros((2, 3), dtype=np.int64))
+    with pytest.raises(TypeError, match="integer"):
+        query_key_vectors(params, config, task, np.zeros((2, task.seq_len)))
+    with pytest.raises(ValueError, match="tokens"):
+        query_key_vectors(params, config, task, np.full((2, task.seq_len), task.vocab_size))
+    with pytest.raises(TypeError, match="params"):
+        query_key_vectors({"E": params["E"]}, config, task, np.zeros((2, task.seq_len), dtype=np.int64))
+    with pytest.raises(ValueError, match="encoder"):
+        query_key_vectors(params, au.ModelConfig(d_model=8, encoder="mean_pool"), task,
+                          np.zeros((2, task.seq_len), dtype=np.int64))
+
+
+# ---------------------------------------------------------------- running_mean
+
+def test_running_mean_matches_definition():
+    x = np.arange(10.0) ** 2
+    out = running_mean(x, 3)
+    expected = [np.mean(x[max(0, t - 2): t + 1]) for t in range(10)]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_running_mean_along_other_axis_and_long_window():
+    x = np.random.default_rng(0).standard_normal((4, 7))
+    np.testing.assert_allclose(running_mean(x, 3, axis=1), running_mean(x.T, 3).T, rtol=1e-12)
+    np.testing.assert_allclose(running_mean(x, 100)[-1], x.mean(axis=0), rtol=1e-12)
+
+
+@PROPS
+@given(arrays(np.float64, array_shapes(min_dims=1, max_dims=2, min_side=1, max_side=12),
+              elements=st.floats(-1e3, 1e3, allow_nan=False)), st.integers(1, 15))
+def test_running_mean_properties(x, window):
+    out = running_mean(x, window)
+    assert out.shape == x.shape
+    np.testing.assert_allclose(running_mean(x, 1), x, atol=1e-9)
+    assert np.all(out <= x.max(axis=0) + 1e-9) and np.all(out >= x.min(axis=0) - 1e-9)
+
+
+def test_running_mean_rejects_bad_window():
+    with pytest.raises(ValueError, match="window"):
+        running_mean(np.ones(3), 0)
+    with pytest.raises(TypeError, match="window"):
+        running_mean(np.ones(3), 2.5)
