@@ -1,76 +1,110 @@
-"""attn_utils — the small numpy package shared by every chapter of *Attention, Derived*.
+"""attn_utils — the numpy package shared by every chapter of *Attention, Derived*.
 
-Modules are named for what they hold:
+Modules are named for what they hold; every public name is also available as ``au.name``.
+
+Core: every chapter:
 
 * :mod:`attn_utils.softmax` — softmax, log-softmax, entropy, the softmax Jacobian
 * :mod:`attn_utils.attention` — scaled dot-product attention, masks, the query Jacobian
 * :mod:`attn_utils.multihead` — split/merge heads, projections, multi-head attention
 * :mod:`attn_utils.checks` — assertions that print one verdict line; Monte Carlo moments
 * :mod:`attn_utils.plotting` — the book's figure style and an attention heatmap
-* :mod:`attn_utils.book` — glue computed numbers into the prose
-* :mod:`attn_utils.gradients` — finite-difference Jacobians; the softmax Jacobian accurate near one-hot
+
+Training harness: chapters 4–9:
+
+* :mod:`attn_utils.tasks` — seeded toy tasks (recall, copy, previous token, keyword, two relations)
+* :mod:`attn_utils.training` — small attention models trained with autograd, vectorised over seeds
+
+Part I: why divide by √d_k:
+
+* :mod:`attn_utils.saturation` — where softmax saturates and where float64 rounds to exactly 1 (ch. 2)
+* :mod:`attn_utils.gradients` — finite-difference Jacobians; the softmax Jacobian accurate near one-hot (ch. 3)
+* :mod:`attn_utils.scaling` — the scale-exponent sweep; layer-0 queries and keys of trained models (ch. 4)
+* :mod:`attn_utils.qknorm` — folding the scale into W_Q; cosine attention and QK-norm (ch. 5)
+
+Part II: designing attention:
+
+* :mod:`attn_utils.bottleneck` — the fixed-length bottleneck and the keyword classifier (ch. 6)
+* :mod:`attn_utils.scores` — score functions and their counted costs (ch. 7)
+* :mod:`attn_utils.bilinear` — shared vs separate W_Q/W_K, symmetric scores (ch. 8)
+* :mod:`attn_utils.heads` — head costs, reachable attention patterns, head pruning (ch. 9)
+
+Part III: Transformers as systems:
+
+* :mod:`attn_utils.decoding` — a small decoder, KV cache, greedy generation (ch. 10)
+* :mod:`attn_utils.layers` — self-attention, RNN and CNN layers; counted cost and path length (ch. 11)
+* :mod:`attn_utils.blocked` — blocked attention with an online softmax (ch. 12)
+
+Argument checks live in :mod:`attn_utils.validation`; glue helpers in :mod:`attn_utils.book`.
+Importing :mod:`attn_utils.scores` registers the chapter-7 score functions with the harness.
 """
+from .softmax import (entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core,
+                      softmax_jacobian)
 from .attention import (attention_query_jacobian, attention_scores, causal_mask, default_scale,
                         scaled_dot_product_attention)
-from .checks import MonteCarloMoments, check, check_allclose, check_bound, mc_moments
-from .multihead import init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
-from .plotting import PALETTE, attention_heatmap, figure, use_book_style
-from .softmax import entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core, softmax_jacobian
+from .multihead import (init_mha_params, merge_heads, mha_param_count, multi_head_attention,
+                        split_heads)
+from .checks import (MonteCarloMoments, check, check_allclose, check_bound, mc_moments)
+from .plotting import (PALETTE, attention_heatmap, figure, use_book_style)
+from .tasks import (IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task,
+                    recall_task, two_relation_task)
+from .training import (SCORES, ModelConfig, ScoreSpec, TrainResult, attention_weights, evaluate,
+                       forward, init_params, loss, register_score, train)
+from .saturation import (first_exact_one, log_tail_mass)
+from .gradients import (numerical_jacobian, softmax_jacobian_from_logits)
+from .scaling import (ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep)
+from .qknorm import (cosine_logits, cosine_max_weight, cosine_score, fold_query_scale,
+                     gain_for_max_weight, register_cosine_score, train_per_parameter)
+from .bottleneck import (CLS_WORD, KEYWORD_FILLERS, KEYWORD_NEGATIVE, KEYWORD_POSITIVE,
+                         bag_accuracy_bound, fano_bits, ids_to_words, keyword_attention_mass,
+                         keyword_vocabulary, pack_tokens, superposition_copy_accuracy,
+                         tokens_per_coordinate, unpack_tokens, with_uniform_attention, words_to_ids)
+from .scores import (SCORE_NAMES, ScoreCost, init_score_params, linear_attention,
+                     sample_init_logits, score, score_cost, score_param_count, score_weights,
+                     weight_rule)
+from .bilinear import (SELF_PENALTY, argmax_offset_rate, cyclic_previous_token_task,
+                       diagonal_max_probability, dot_score_no_self, factorization_rank,
+                       first_layer_queries, qk_attention_layer, qk_scores, self_mask)
+from .heads import (PatternFit, PruningCurve, fit_attention_pattern, greedy_head_pruning,
+                    head_contributions, log_ratio_matrix, logit_factors, mha_macs, min_head_dim)
+from .decoding import (FLOP_PARTS, DecoderParams, KVCache, decoder_extend, decoder_forward,
+                       decoding_flops, greedy_generate, init_decoder_params, kv_cache_values)
+from .layers import (LayerGraph, MacCounter, attention_input_jacobians, attention_macs,
+                     conv1d_layer, conv_macs, count_macs, hop_distances, init_conv_params,
+                     init_rnn_params, layer_graph, layers_to_connect, loglog_slope, min_seconds,
+                     perturbation_reach, rnn_input_jacobians, rnn_layer, rnn_macs,
+                     self_attention_layer, sequential_depth)
+from .blocked import (BlockedAttentionStats, blocked_attention, traced_peak_memory)
 
 __all__ = [
-    "attention_query_jacobian", "attention_scores", "causal_mask", "default_scale",
-    "scaled_dot_product_attention", "MonteCarloMoments", "check", "check_allclose", "check_bound",
-    "mc_moments", "init_mha_params", "merge_heads", "mha_param_count", "multi_head_attention",
-    "split_heads", "entropy", "jacobian_frobenius_sq", "log_softmax", "softmax", "softmax_core",
-    "softmax_jacobian", "PALETTE", "attention_heatmap", "figure", "use_book_style",
-]
-from .gradients import numerical_jacobian, softmax_jacobian_from_logits  # noqa: E402  (chapter 3)
-__all__ += ["numerical_jacobian", "softmax_jacobian_from_logits"]
-__version__ = "0.1.0"
-from .blocked import BlockedAttentionStats, blocked_attention, traced_peak_memory  # noqa: E402  (chapter 12)
-__all__ += ["BlockedAttentionStats", "blocked_attention", "traced_peak_memory"]
-from .saturation import first_exact_one, log_tail_mass  # noqa: E402  (chapter 2)
-__all__ += ["first_exact_one", "log_tail_mass"]
-from .decoding import (FLOP_PARTS, DecoderParams, KVCache, decoder_extend, decoder_forward,  # noqa: E402  (chapter 10)
-                       decoding_flops, greedy_generate, init_decoder_params, kv_cache_values)
-__all__ += ["FLOP_PARTS", "DecoderParams", "KVCache", "decoder_extend", "decoder_forward", "decoding_flops",
-            "greedy_generate", "init_decoder_params", "kv_cache_values"]
-from .layers import (LayerGraph, MacCounter, attention_input_jacobians, attention_macs, conv1d_layer,  # noqa: E402
-                     conv_macs, count_macs, hop_distances, init_conv_params, init_rnn_params,
-                     layer_graph, layers_to_connect, loglog_slope, min_seconds, perturbation_reach,
-                     rnn_input_jacobians, rnn_layer, rnn_macs, self_attention_layer, sequential_depth)
-
-__all__ += [
-    "LayerGraph", "MacCounter", "attention_input_jacobians", "attention_macs", "conv1d_layer", "conv_macs",
+    "entropy", "jacobian_frobenius_sq", "log_softmax", "softmax", "softmax_core",
+    "softmax_jacobian", "attention_query_jacobian", "attention_scores", "causal_mask",
+    "default_scale", "scaled_dot_product_attention", "init_mha_params", "merge_heads",
+    "mha_param_count", "multi_head_attention", "split_heads", "MonteCarloMoments", "check",
+    "check_allclose", "check_bound", "mc_moments", "PALETTE", "attention_heatmap", "figure",
+    "use_book_style", "IGNORE", "Task", "TaskBatch", "copy_task", "keyword_task",
+    "previous_token_task", "recall_task", "two_relation_task", "SCORES", "ModelConfig",
+    "ScoreSpec", "TrainResult", "attention_weights", "evaluate", "forward", "init_params",
+    "loss", "register_score", "train", "first_exact_one", "log_tail_mass", "numerical_jacobian",
+    "softmax_jacobian_from_logits", "ScaleSweep", "query_key_vectors", "running_mean",
+    "scale_exponent_sweep", "cosine_logits", "cosine_max_weight", "cosine_score",
+    "fold_query_scale", "gain_for_max_weight", "register_cosine_score", "train_per_parameter",
+    "CLS_WORD", "KEYWORD_FILLERS", "KEYWORD_NEGATIVE", "KEYWORD_POSITIVE", "bag_accuracy_bound",
+    "fano_bits", "ids_to_words", "keyword_attention_mass", "keyword_vocabulary", "pack_tokens",
+    "superposition_copy_accuracy", "tokens_per_coordinate", "unpack_tokens",
+    "with_uniform_attention", "words_to_ids", "SCORE_NAMES", "ScoreCost", "init_score_params",
+    "linear_attention", "sample_init_logits", "score", "score_cost", "score_param_count",
+    "score_weights", "weight_rule", "SELF_PENALTY", "argmax_offset_rate",
+    "cyclic_previous_token_task", "diagonal_max_probability", "dot_score_no_self",
+    "factorization_rank", "first_layer_queries", "qk_attention_layer", "qk_scores", "self_mask",
+    "PatternFit", "PruningCurve", "fit_attention_pattern", "greedy_head_pruning",
+    "head_contributions", "log_ratio_matrix", "logit_factors", "mha_macs", "min_head_dim",
+    "FLOP_PARTS", "DecoderParams", "KVCache", "decoder_extend", "decoder_forward",
+    "decoding_flops", "greedy_generate", "init_decoder_params", "kv_cache_values", "LayerGraph",
+    "MacCounter", "attention_input_jacobians", "attention_macs", "conv1d_layer", "conv_macs",
     "count_macs", "hop_distances", "init_conv_params", "init_rnn_params", "layer_graph",
-    "layers_to_connect", "loglog_slope", "min_seconds", "perturbation_reach", "rnn_input_jacobians", "rnn_layer",
-    "rnn_macs", "self_attention_layer", "sequential_depth",
+    "layers_to_connect", "loglog_slope", "min_seconds", "perturbation_reach",
+    "rnn_input_jacobians", "rnn_layer", "rnn_macs", "self_attention_layer", "sequential_depth",
+    "BlockedAttentionStats", "blocked_attention", "traced_peak_memory",
 ]
-
-# Training harness for chapters 4–9 (toy tasks + small autograd models, vectorised over seeds)
-from .tasks import (IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task,  # noqa: E402
-                    recall_task, two_relation_task)
-from .training import (SCORES, ModelConfig, ScoreSpec, TrainResult, attention_weights,  # noqa: E402
-                       evaluate, forward, init_params, loss, register_score, train)
-
-__all__ += [
-    "IGNORE", "Task", "TaskBatch", "copy_task", "keyword_task", "previous_token_task", "recall_task",
-    "two_relation_task", "SCORES", "ModelConfig", "ScoreSpec", "TrainResult", "attention_weights",
-    "evaluate", "forward", "init_params", "loss", "register_score", "train",
-]
-from .qknorm import (cosine_logits, cosine_max_weight, cosine_score, fold_query_scale,  # noqa: E402  (chapter 5)
-                     gain_for_max_weight, register_cosine_score, train_per_parameter)
-__all__ += ["cosine_logits", "cosine_max_weight", "cosine_score", "fold_query_scale", "gain_for_max_weight",
-            "register_cosine_score", "train_per_parameter"]
-from .bilinear import (SELF_PENALTY, argmax_offset_rate, cyclic_previous_token_task,  # noqa: E402  (chapter 8)
-                       diagonal_max_probability, dot_score_no_self, factorization_rank, first_layer_queries,
-                       qk_attention_layer, qk_scores, self_mask)
-__all__ += ["SELF_PENALTY", "argmax_offset_rate", "cyclic_previous_token_task", "diagonal_max_probability",
-            "dot_score_no_self", "factorization_rank", "first_layer_queries", "qk_attention_layer", "qk_scores",
-            "self_mask"]
-from .heads import (PatternFit, PruningCurve, fit_attention_pattern, greedy_head_pruning,  # noqa: E402  (chapter 9)
-                    head_contributions, log_ratio_matrix, logit_factors, mha_macs, min_head_dim)
-__all__ += ["PatternFit", "PruningCurve", "fit_attention_pattern", "greedy_head_pruning", "head_contributions",
-            "log_ratio_matrix", "logit_factors", "mha_macs", "min_head_dim"]
-from .scaling import ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep  # noqa: E402  (chapter 4)
-__all__ += ["ScaleSweep", "query_key_vectors", "running_mean", "scale_exponent_sweep"]
+__version__ = "0.1.0"

@@ -235,11 +235,9 @@ def first_layer_queries(params: dict, config, task: Task, x) -> np.ndarray:
     With ``config.share_qk`` these are also the keys, so ``‖q_i‖`` is the norm in the bounds of
     chapter 8. (Layer 0 only: its input is the embedding, before any residual update.)
     """
-    from .training import _embed, _heads, _prepare  # local import: training imports nothing from here
+    from .scaling import query_key_vectors  # one implementation of "layer-0 q and k" for the book
 
-    x, _ = _prepare(params, config, task, x, None)
-    h0 = _embed(params, config, x)
-    return np.asarray(_heads(h0, params["L0.W_q"]))
+    return query_key_vectors(params, config, task, x)[0]
 
 
 __all__ = ["SELF_PENALTY", "qk_scores", "argmax_offset_rate", "diagonal_max_probability", "self_mask",

@@ -335,7 +335,8 @@ def _weights(logits, rule: str, mask):
         return _softmax(logits, mask)
     keep = np.ones(logits.shape[-2:], bool) if mask is None else mask
     if rule == "sigmoid":
-        return anp.where(keep, 1.0 / (1.0 + anp.exp(-logits)), 0.0)
+        # tanh form: 1/(1+exp(-x)) overflows in float32 (and in its gradient) for x < -44
+        return anp.where(keep, 0.5 * (1.0 + anp.tanh(0.5 * logits)), 0.0)
     pos = anp.where(keep, logits, 0.0)
     return pos / (anp.sum(pos, axis=-1, keepdims=True) + 1e-9)
 

@@ -119,3 +119,18 @@ def test_intro_question_index_links_every_chapter():
     for path in CHAPTERS:
         label = re.search(r"^\((ch-[a-z0-9-]+)\)=", "".join(load(path)["cells"][0]["source"]), flags=re.M).group(1)
         assert f"<{label}>" in intro, f"intro question index does not link {label}"
+
+
+def test_cheatsheet_and_wrong_answers_are_generated_from_the_chapters():
+    """cheatsheet.md and wrong_answers.md must match what tools/build_summaries.py generates."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "build_summaries.py"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_wrong_answers_catalogue_has_at_least_12_entries():
+    text = (ROOT / "wrong_answers.md").read_text(encoding="utf-8")
+    assert text.count("refuted here <wrong-") >= 12

@@ -1,0 +1,278 @@
+"""The fixed-length bottleneck and the "sentiment keyword" toy (chapter 6).
+
+What is here
+------------
+* Bit budget of one vector: :func:`tokens_per_coordinate`, :func:`pack_tokens` and
+  :func:`unpack_tokens` store a token sequence in ``d`` floating-point numbers *exactly* (base-``V``
+  digits in the integer range of the significand) as far as the bits allow, and guess the rest;
+  :func:`fano_bits` turns a per-position accuracy into a lower bound on the information
+  that reached the decoder.
+* Order blindness: :func:`bag_accuracy_bound` is the best expected per-token accuracy any
+  permutation-invariant encoder can reach on the copy task.
+* A linear "mean-pool" code: :func:`superposition_copy_accuracy` sums one random vector per
+  (position, token) and decodes each position with a matched filter.
+* The keyword toy of :func:`attn_utils.tasks.keyword_task` with word labels
+  (:func:`keyword_vocabulary`, :func:`words_to_ids`, :func:`ids_to_words`), the attention mass of
+  the read-out position on the keyword (:func:`keyword_attention_mass`), and the same trained
+  model with its attention made uniform (:func:`with_uniform_attention`).
+
+Token sequences are integer arrays ``s : (batch, m)`` with entries in ``[0, vocab)``.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .tasks import Task, as_generator
+from .validation import positive_int
+
+_SIGNIFICAND_BITS = {"float16": 11, "float32": 24, "float64": 53}
+
+KEYWORD_FILLERS: tuple[str, ...] = ("I", "this", "movie", "the", "was", "film", "plot", "and",
+                                    "really", "so", "it", "actors", "story", "just", ".", "a")
+"""Words for the filler ids ``0 … 15`` of :func:`~attn_utils.tasks.keyword_task`."""
+KEYWORD_POSITIVE: tuple[str, ...] = ("love", "great", "superb", "enjoyed")
+"""Words for the positive keyword ids (label 1)."""
+KEYWORD_NEGATIVE: tuple[str, ...] = ("hate", "awful", "boring", "terrible")
+"""Words for the negative keyword ids (label 0)."""
+CLS_WORD = "[CLS]"
+"""Label of the read-out token that ends every keyword sequence."""
+
+
+# --------------------------------------------------------------------------- validation
+def _tokens(name: str, s, vocab: int) -> np.ndarray:
+    arr = np.asarray(s)
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"{name} must hold integer tokens, received dtype {arr.dtype}")
+    if arr.ndim != 2 or arr.shape[1] < 1:
+        raise ValueError(f"{name} must have shape (batch, m) with m >= 1, received shape {arr.shape}")
+    if arr.size and (arr.min() < 0 or arr.max() >= vocab):
+        raise ValueError(f"{name} tokens must lie in [0, {vocab}), received range [{arr.min()}, {arr.max()}]")
+    return arr.astype(np.int64)
+
+
+def _vocab(vocab) -> int:
+    vocab = positive_int("vocab", vocab)
+    if vocab < 2:
+        raise ValueError(f"vocab must be >= 2, received {vocab}")
+    return vocab
+
+
+def _dtype_name(dtype) -> str:
+    name = np.dtype(dtype).name
+    if name not in _SIGNIFICAND_BITS:
+        raise ValueError(f"dtype must be one of {tuple(_SIGNIFICAND_BITS)}, received {name!r}")
+    return name
+
+
+# --------------------------------------------------------------------------- bit budget
+def tokens_per_coordinate(vocab: int, dtype="float32") -> int:
+    """Largest ``k`` with ``vocab**k ≤ 2**p``, ``p`` the significand precision of ``dtype``
+    (11, 24, 53 bits for float16/32/64).
+
+    Every integer in ``[0, 2**p]`` is exactly representable, so one coordinate stores ``k``
+    base-``vocab`` digits without loss. For ``vocab = 8`` and float32, ``k = 8`` (24 bits).
+    """
+    vocab, p = _vocab(vocab), _SIGNIFICAND_BITS[_dtype_name(dtype)]
+    k = 0
+    while vocab ** (k + 1) <= 2 ** p:  # exact integer arithmetic, no log rounding
+        k += 1
+    return k
+
+
+def pack_tokens(s, vocab: int, d: int, dtype="float32") -> np.ndarray:
+    """Encode each row of ``s (batch, m)`` into ``d`` floats: ``z (batch, d)`` of ``dtype``.
+
+    Coordinate ``c`` holds tokens ``c·k … c·k + k − 1`` (``k`` = :func:`tokens_per_coordinate`)
+    as the integer ``Σ_i s_{ck+i} · vocab**i``, which ``dtype`` represents exactly. Tokens beyond
+    the first ``d·k`` are not stored at all: the code spends its whole bit budget on a prefix.
+    """
+    vocab, d = _vocab(vocab), positive_int("d", d)
+    s = _tokens("s", s, vocab)
+    name = _dtype_name(dtype)
+    k = tokens_per_coordinate(vocab, name)
+    batch, m = s.shape
+    stored = np.zeros((batch, d * k), dtype=np.int64)
+    keep = min(m, d * k)
+    stored[:, :keep] = s[:, :keep]
+    digits = stored.reshape(batch, d, k)
+    weights = vocab ** np.arange(k, dtype=np.int64)          # ≤ 2**53 < 2**63: no overflow
+    return (digits * weights).sum(axis=2).astype(name)
+
+
+def unpack_tokens(z, vocab: int, m: int, guess: int = 0) -> np.ndarray:
+    """Decode :func:`pack_tokens`: ``z (batch, d)`` → tokens ``(batch, m)``.
+
+    Positions ``< d·k`` are read back from the base-``vocab`` digits; later positions were never
+    stored, so the decoder outputs ``guess`` there (correct with probability ``1/vocab`` for
+    uniform tokens, the best any decoder can do without information).
+    """
+    vocab, m = _vocab(vocab), positive_int("m", m)
+    z = np.asarray(z)
+    if z.ndim != 2:
+        raise ValueError(f"z must have shape (batch, d), received shape {z.shape}")
+    if not 0 <= int(guess) < vocab:
+        raise ValueError(f"guess must lie in [0, {vocab}), received {guess}")
+    k = tokens_per_coordinate(vocab, _dtype_name(z.dtype))
+    ints = np.rint(z.astype(np.float64)).astype(np.int64)      # exact: the values are integers ≤ 2**p
+    digits = (ints[:, :, None] // vocab ** np.arange(k, dtype=np.int64)) % vocab
+    flat = digits.reshape(z.shape[0], -1)
+    out = np.full((z.shape[0], m), int(guess), dtype=np.int64)
+    keep = min(m, flat.shape[1])
+    out[:, :keep] = flat[:, :keep]
+    return out
+
+
+def fano_bits(accuracy, vocab: int) -> np.ndarray:
+    """Fano lower bound on the information (bits) a decoder's output carries about one token.
+
+    For ``S`` uniform on ``vocab`` symbols and a guess ``Ŝ`` correct with probability ``p``,
+    ``I(S; Ŝ) ≥ log2(vocab) − h(1 − p) − (1 − p)·log2(vocab − 1)`` (``h`` the binary entropy).
+    The bound is 0 at ``p = 1/vocab`` and ``log2(vocab)`` at ``p = 1``; below chance it is
+    clipped to 0. ``accuracy`` : any shape, values in ``[0, 1]``; returns the same shape.
+    """
+    vocab = _vocab(vocab)
+    p = np.asarray(accuracy, dtype=float)
+    if np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError(f"accuracy must lie in [0, 1], received range [{np.min(p)}, {np.max(p)}]")
+    e = 1.0 - p
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = -np.where(e > 0, e * np.log2(e), 0.0) - np.where(p > 0, p * np.log2(p), 0.0)
+    bits = math.log2(vocab) - h - e * math.log2(vocab - 1)
+    return np.where(p > 1.0 / vocab, np.maximum(bits, 0.0), 0.0)
+
+
+# --------------------------------------------------------------------------- order blindness
+def bag_accuracy_bound(s, vocab: int) -> float:
+    """Best expected per-token copy accuracy of any permutation-invariant encoder on rows like ``s``.
+
+    Such an encoder sees only the multiset of a row, and every ordering of that multiset is
+    equally likely under i.i.d. tokens, so the best guess at any position is a most frequent
+    token: accuracy ``max_v count_v / m``. Returns its mean over the rows of ``s (batch, m)``.
+    """
+    vocab = _vocab(vocab)
+    s = _tokens("s", s, vocab)
+    counts = (s[:, :, None] == np.arange(vocab)).sum(axis=1)   # (batch, vocab)
+    return float(counts.max(axis=1).mean() / s.shape[1])
+
+
+# --------------------------------------------------------------------------- a linear code
+def superposition_copy_accuracy(rng, m: int, d: int, vocab: int, batch: int = 2000) -> float:
+    """Per-token accuracy of the simplest mean-pool code: ``z = Σ_j c[j, s_j]``, decode by matched filter.
+
+    ``c (m, vocab, d)`` has i.i.d. ``N(0, 1/d)`` entries (fresh from ``rng`` on every call);
+    position ``j`` is decoded as ``argmax_v ⟨z, c[j, v]⟩``. The signal is ``‖c[j, s_j]‖² ≈ 1``
+    and each of the other ``m − 1`` codes adds interference of variance ``≈ 1/d``, so the
+    accuracy depends on ``d/m``: keeping it fixed needs ``d ∝ m``. rng : Generator or int seed.
+    """
+    rng = as_generator(rng)
+    m, d, vocab, batch = positive_int("m", m), positive_int("d", d), _vocab(vocab), positive_int("batch", batch)
+    codes = rng.standard_normal((m, vocab, d)) / np.sqrt(d)
+    s = rng.integers(0, vocab, size=(batch, m))
+    z = codes[np.arange(m), s].sum(axis=1)                    # (batch, d)
+    scores = (z @ codes.reshape(m * vocab, d).T).reshape(batch, m, vocab)   # one BLAS product
+    return float((scores.argmax(axis=-1) == s).mean())
+
+
+# --------------------------------------------------------------------------- keyword toy
+def _keyword_options(task: Task) -> tuple[int, int]:
+    if not isinstance(task, Task) or task.name != "keyword":
+        raise TypeError(f"task must be a keyword_task, received {task!r}")
+    n_filler, n_kw = int(task.options["n_filler"]), int(task.options["n_keywords"])
+    if n_filler > len(KEYWORD_FILLERS) or n_kw > len(KEYWORD_POSITIVE):
+        raise ValueError(f"word labels exist for n_filler <= {len(KEYWORD_FILLERS)} and n_keywords <= "
+                         f"{len(KEYWORD_POSITIVE)}, received n_filler={n_filler}, n_keywords={n_kw}")
+    return n_filler, n_kw
+
+
+def keyword_vocabulary(task: Task) -> tuple[str, ...]:
+    """Word label of every token id of a :func:`~attn_utils.tasks.keyword_task` (fillers, positive, negative, CLS)."""
+    n_filler, n_kw = _keyword_options(task)
+    return KEYWORD_FILLERS[:n_filler] + KEYWORD_POSITIVE[:n_kw] + KEYWORD_NEGATIVE[:n_kw] + (CLS_WORD,)
+
+
+def words_to_ids(words, task: Task) -> np.ndarray:
+    """Token ids ``(n,)`` for a sentence of ``n − 1`` words; ``[CLS]`` is appended.
+
+    The sentence must contain exactly one keyword (the task's format); unknown words raise.
+    """
+    vocab = keyword_vocabulary(task)
+    words = list(words)
+    n = task.seq_len
+    if len(words) != n - 1:
+        raise ValueError(f"words must hold n − 1 = {n - 1} words for this task, received {len(words)}")
+    index = {w: i for i, w in enumerate(vocab[:-1])}
+    unknown = [w for w in words if w not in index]
+    if unknown:
+        raise ValueError(f"unknown words {unknown}; known: {vocab[:-1]}")
+    ids = np.array([index[w] for w in words] + [len(vocab) - 1], dtype=np.int64)
+    n_keywords = int(((ids >= task.options["n_filler"]) & (ids < len(vocab) - 1)).sum())
+    if n_keywords != 1:
+        raise ValueError(f"a keyword sentence needs exactly one keyword, received {n_keywords}: {words}")
+    return ids
+
+
+def ids_to_words(x, task: Task) -> list:
+    """Word labels for token ids ``x`` of any shape (nested lists of the same shape)."""
+    vocab = keyword_vocabulary(task)
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.integer) or (x.size and (x.min() < 0 or x.max() >= len(vocab))):
+        raise ValueError(f"x must hold token ids in [0, {len(vocab)}), received {x.dtype} array")
+    return np.array(vocab, dtype=object)[x].tolist()
+
+
+def keyword_attention_mass(weights, keyword_pos) -> np.ndarray:
+    """Attention the read-out (last) position puts on the keyword, averaged over heads.
+
+    weights : ``(S, batch, H, n, n)`` (one layer from :func:`~attn_utils.training.attention_weights`);
+    keyword_pos : ``(batch,)`` or ``(S, batch)`` ints (``info["keyword_pos"]``). Returns ``(S, batch)``.
+    """
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 5 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"weights must have shape (S, batch, H, n, n), received shape {w.shape}")
+    S, B, n = w.shape[0], w.shape[1], w.shape[-1]
+    pos = np.asarray(keyword_pos)
+    if not np.issubdtype(pos.dtype, np.integer):
+        raise TypeError(f"keyword_pos must hold integers, received dtype {pos.dtype}")
+    try:
+        pos = np.broadcast_to(pos, (S, B))
+    except ValueError:
+        raise ValueError(f"keyword_pos must have shape ({B},) or ({S}, {B}), received shape {pos.shape}") from None
+    if pos.min() < 0 or pos.max() >= n:
+        raise ValueError(f"keyword_pos must lie in [0, {n}), received range [{pos.min()}, {pos.max()}]")
+    last_row = w[:, :, :, -1, :].mean(axis=2)                  # (S, batch, n)
+    return np.take_along_axis(last_row, pos[:, :, None], axis=2)[:, :, 0]
+
+
+def with_uniform_attention(params: dict, config) -> dict:
+    """A copy of trained ``params`` whose every attention row is uniform: ``W_Q = 0``.
+
+    With zero queries all dot-product logits are 0, so softmax gives weight ``1/n`` to every
+    key; values, output projection and read-out are untouched. This is the uniform-weights
+    baseline used to test whether a model *needs* its attention. Needs ``score="dot"`` and
+    softmax weights (true for the default :class:`~attn_utils.training.ModelConfig`).
+    """
+    from .training import SCORES, ModelConfig
+
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")
+    if config.encoder != "attention":
+        raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
+    if config.score != "dot" or SCORES[config.score].weights != "softmax":
+        raise ValueError(f"zero queries give uniform weights only for the softmax dot score, received {config.score!r}")
+    if not isinstance(params, dict) or "E" not in params:
+        raise TypeError("params must be the dict returned by init_params / train")
+    out = {key: np.array(val, copy=True) for key, val in params.items()}
+    for layer in range(config.n_layers):
+        key = f"L{layer}.W_q"
+        if key not in out:
+            raise ValueError(f"params has no {key!r}; was it trained with this config?")
+        out[key] = np.zeros_like(out[key])
+    return out
+
+
+__all__ = ["KEYWORD_FILLERS", "KEYWORD_POSITIVE", "KEYWORD_NEGATIVE", "CLS_WORD", "tokens_per_coordinate",
+           "pack_tokens", "unpack_tokens", "fano_bits", "bag_accuracy_bound", "superposition_copy_accuracy",
+           "keyword_vocabulary", "words_to_ids", "ids_to_words", "keyword_attention_mass",
+           "with_uniform_attention"]
