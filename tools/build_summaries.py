@@ -39,6 +39,11 @@ def qualify_glue(text: str, path: Path) -> str:
     return GLUE.sub(lambda m: f"{{glue:{m.group(1)}}}`{doc}::{m.group(2)}{m.group(3) or (':s' if m.group(1) else '')}`", text)
 
 
+def global_citations(text: str) -> str:
+    """Footnote citations belong to the chapter's own reference list; here cite the bibliography page."""
+    return text.replace("{footcite}`", "{cite:p}`")
+
+
 def number_of(path: Path) -> int:
     return int(path.stem.split("_", 1)[0])
 
@@ -54,7 +59,7 @@ def cheatsheet() -> str:
         if not short:
             raise SystemExit(f"{path.name}: no Short answer admonition")
         out += [f"## {number_of(path)}. {{ref}}`{title} <{label}>`", "",
-                qualify_glue(short.group(1).strip(), path), ""]
+                global_citations(qualify_glue(short.group(1).strip(), path)), ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -72,7 +77,8 @@ def wrong_answers() -> str:
             rest = md[match.end():].lstrip("\n")
             # The paragraph usually ends with ":" introducing its code cell; the link replaces the cell.
             paragraph = rest.split("\n\n", 1)[0].strip().rstrip(":").rstrip()
-            entries.append(f"- {qualify_glue(paragraph, path)} ({{ref}}`refuted here <{match.group(1)}>`)")
+            entries.append(f"- {global_citations(qualify_glue(paragraph, path))} "
+                           f"({{ref}}`refuted here <{match.group(1)}>`)")
         if entries:
             count += len(entries)
             out += [f"## From chapter {number_of(path)}: {{ref}}`{title} <{label}>`", "", *entries, ""]
