@@ -9,7 +9,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test check-site lab execute execute-all clean
+.PHONY: html pdf test check-site lab execute execute-all summaries clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -46,6 +46,10 @@ execute: $(STAMP)
 
 execute-all: $(STAMP)
 	$(BIN)/python tools/execute_notebook.py chapters/*.ipynb
+
+# After editing a chapter's Short answer or Common wrong answers: regenerate the two summary pages.
+summaries: $(STAMP)
+	$(BIN)/python tools/build_summaries.py
 
 clean:
 	rm -rf _build
