@@ -48,6 +48,11 @@ def attention_scores(q, k, scale: float | None = None) -> np.ndarray:
     q : (..., n_q, d_k), k : (..., n_k, d_k) → (..., n_q, n_k)
     """
     q, k, _ = _check_qkv(q, k, None)
+    return _scores(q, k, scale)
+
+
+def _scores(q: np.ndarray, k: np.ndarray, scale: float | None) -> np.ndarray:
+    """:func:`attention_scores` for arrays that are already checked."""
     scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
     # Scaling q (n_q·d_k numbers) is cheaper than scaling the (n_q, n_k) product.
     return (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
@@ -88,7 +93,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None)
     weights : (..., n_q, n_k)
     """
     q, k, v = _check_qkv(q, k, v)
-    scores = attention_scores(q, k, scale)
+    scores = _scores(q, k, scale)
     if mask is not None:
         mask = _check_mask(mask, scores.shape)
     weights = softmax_inplace(scores, axis=-1, mask=mask)  # scores is ours to overwrite

@@ -6,6 +6,9 @@ arguments first and then call the same core, so there is one implementation.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import autograd.numpy as anp
 import numpy as np
 
@@ -28,23 +31,56 @@ def softmax_core(x, axis: int = -1, mask=None):
     return e / anp.where(total > 0, total, 1.0)
 
 
-def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
-    """Numpy fast path of :func:`softmax_core`: overwrites and returns ``x`` (a float array the caller owns).
+# Large score arrays are split across threads: numpy's exp/max/sum release the GIL, and on a
+# small machine the elementwise passes otherwise cost as much as the two matrix products of
+# attention (benchmarks/run.py measures the ratio). Small arrays stay single-threaded.
+_PARALLEL_MIN_SIZE = 1 << 21
+_POOL: ThreadPoolExecutor | None = None
 
-    Same semantics (``-inf`` and ``mask == False`` are masked; empty rows give zeros) with
-    three passes over the data instead of ten, which matters for ``(…, n, n)`` score arrays.
-    Not differentiable by autograd: training code uses :func:`softmax_core`.
-    """
-    if mask is not None:
-        np.copyto(x, -np.inf, where=~mask)
-    big = np.max(x, axis=axis, keepdims=True)
+
+def _threads() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _softmax_rows(x: np.ndarray) -> None:
+    """In-place softmax along the last axis of a C-contiguous block (no mask)."""
+    big = np.max(x, axis=-1, keepdims=True)
     if not np.isfinite(big).all():
         big[~np.isfinite(big)] = 0.0
     x -= big
     np.exp(x, out=x)
-    total = np.sum(x, axis=axis, keepdims=True)
+    total = np.sum(x, axis=-1, keepdims=True)
     total[total == 0] = 1.0
-    x /= total
+    np.reciprocal(total, out=total)  # one division per row, then a multiply per entry
+    x *= total
+
+
+def _softmax_tiled(block: np.ndarray) -> None:
+    """:func:`_softmax_rows` on row tiles of about 2**18 entries, so all passes over a tile hit the cache."""
+    step = max(1, (1 << 18) // max(1, block.shape[-1]))
+    for start in range(0, block.shape[0], step):
+        _softmax_rows(block[start:start + step])
+
+
+def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
+    """Numpy fast path of :func:`softmax_core`: overwrites and returns ``x`` (a float array the caller owns).
+
+    Same semantics (``-inf`` and ``mask == False`` are masked; empty rows give zeros) with
+    five cheap passes over the data instead of ten, which matters for ``(…, n, n)`` score arrays;
+    arrays of more than ``2**21`` entries are processed by one thread per core.
+    Not differentiable by autograd: training code uses :func:`softmax_core`.
+    """
+    global _POOL
+    if mask is not None:
+        np.copyto(x, -np.inf, where=~mask)
+    rows = np.moveaxis(x, axis, -1)
+    if rows.ndim < 2 or rows.size < _PARALLEL_MIN_SIZE or _threads() == 1 or not rows.flags.c_contiguous:
+        _softmax_rows(rows)
+        return x
+    flat = rows.reshape(-1, rows.shape[-1])  # a view: rows is C-contiguous
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(_threads(), thread_name_prefix="attn_utils-softmax")
+    list(_POOL.map(_softmax_tiled, np.array_split(flat, _threads())))
     return x
 
 

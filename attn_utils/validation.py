@@ -28,6 +28,8 @@ def as_float_array(name: str, x, *, min_ndim: int = 1, allow_neg_inf: bool = Fal
         raise ValueError(
             f"{name} must have at least {min_ndim} axes, received shape {arr.shape} ({arr.ndim} axes)"
         )
+    if np.isfinite(arr).all():  # the common case, in one pass over the data
+        return arr
     bad = np.isnan(arr) | (arr == np.inf) | ((arr == -np.inf) & (not allow_neg_inf))
     if bad.any():
         raise ValueError(f"{name} contains {int(bad.sum())} non-finite value(s) (NaN or inf); shape {arr.shape}")
