@@ -28,14 +28,13 @@ W_v, W_o), ``"attention"`` (q kᵀ and p v), ``"mlp"``, ``"readout"`` (W_out).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from .attention import causal_mask, scaled_dot_product_attention
 from .multihead import init_mha_params, merge_heads, multi_head_attention, split_heads
-from .validation import positive_int
+from .validation import nonneg_int, positive_int
 
 FLOP_PARTS = ("projections", "attention", "mlp", "readout")
 
@@ -292,12 +291,6 @@ def greedy_generate(params: DecoderParams, prompt, n_new: int, *, use_cache: boo
 
 # --------------------------------------------------------------------------- cost formulas
 
-def _nonneg_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
-        raise TypeError(f"{name} must be an integer, received {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, received {value}")
-    return int(value)
 
 
 def decoding_flops(params: DecoderParams, m: int, n: int, *, readout: int | None = None, batch: int = 1) -> dict:
@@ -314,7 +307,7 @@ def decoding_flops(params: DecoderParams, m: int, n: int, *, readout: int | None
     m, n, batch = positive_int("m", m), positive_int("n", n), positive_int("batch", batch)
     if n < m:
         raise ValueError(f"n (keys) must be >= m (new positions), received m={m}, n={n}")
-    readout = m if readout is None else _nonneg_int("readout", readout)
+    readout = m if readout is None else nonneg_int("readout", readout)
     d, h, d_k, d_v, L = params.d_model, params.h, params.d_k, params.d_v, params.n_layers
     parts = {
         "projections": L * (2 * m * d * h * (2 * d_k + d_v) + 2 * m * h * d_v * d),
@@ -336,7 +329,7 @@ def kv_cache_values(n_layers: int, n_ctx: int, h_kv: int, d_k: int, d_v: int | N
     """
     d_k = positive_int("d_k", d_k)
     d_v = d_k if d_v is None else positive_int("d_v", d_v)
-    return (positive_int("batch", batch) * positive_int("n_layers", n_layers) * _nonneg_int("n_ctx", n_ctx)
+    return (positive_int("batch", batch) * positive_int("n_layers", n_layers) * nonneg_int("n_ctx", n_ctx)
             * positive_int("h_kv", h_kv) * (d_k + d_v))
 
 

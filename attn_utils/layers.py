@@ -352,19 +352,25 @@ def perturbation_reach(fn, x, *, eps: float = 1.0, tol: float = 1e-9) -> np.ndar
 
 # ---------------------------------------------------------------- gradients
 
+def _sequence_and_output_index(x, i, shape: str):
+    """Validate one unbatched sequence ``x`` and the output position ``i`` (default: the last)."""
+    x = as_float_array("x", x, min_ndim=2)
+    if x.ndim != 2:
+        raise ValueError(f"x must have shape {shape}, received shape {x.shape}")
+    n = x.shape[0]
+    i = n - 1 if i is None else int(i)
+    if not 0 <= i < n:
+        raise ValueError(f"i must be in [0, {n}), received {i}")
+    return x, n, i
+
+
 def rnn_input_jacobians(x, params: dict, i: int | None = None) -> np.ndarray:
     """Exact ``∂h_i/∂x_j`` of :func:`rnn_layer` for every ``j`` (zero for ``j > i``), by back-propagation.
 
     x : (n, d_in); i defaults to ``n − 1``. Returns (n, d, d_in), entry ``j`` the Jacobian matrix
     ``[Π_{t=i}^{j+1} diag(1−h_t²) Uᵀ] diag(1−h_j²) Wᵀ``.
     """
-    x = as_float_array("x", x, min_ndim=2)
-    if x.ndim != 2:
-        raise ValueError(f"x must have shape (n, d_in), received shape {x.shape}")
-    n = x.shape[0]
-    i = n - 1 if i is None else int(i)
-    if not 0 <= i < n:
-        raise ValueError(f"i must be in [0, {n}), received {i}")
+    x, n, i = _sequence_and_output_index(x, i, "(n, d_in)")
     h = rnn_layer(x, params)
     W, U = np.asarray(params["W"], float), np.asarray(params["U"], float)
     d = U.shape[0]
@@ -388,13 +394,7 @@ def attention_input_jacobians(x, params: dict, mask=None, i: int | None = None) 
     mask : bool (n, n) or None; i defaults to ``n − 1``. Returns (n, d_out, d), entry ``j`` = ``∂y_i/∂x_j``
     (rows: output components, columns: input components).
     """
-    x = as_float_array("x", x, min_ndim=2)
-    if x.ndim != 2:
-        raise ValueError(f"x must have shape (n, d), received shape {x.shape}")
-    n = x.shape[0]
-    i = n - 1 if i is None else int(i)
-    if not 0 <= i < n:
-        raise ValueError(f"i must be in [0, {n}), received {i}")
+    x, n, i = _sequence_and_output_index(x, i, "(n, d)")
     Wq, Wk, Wv, Wo = (np.asarray(params[name], float) for name in ("W_q", "W_k", "W_v", "W_o"))
     check_axis_size("x", x, -1, Wq.shape[0], "d, rows of W_q")
     q, k, v = x @ Wq, x @ Wk, x @ Wv

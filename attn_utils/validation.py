@@ -62,10 +62,19 @@ def positive_scalar(name: str, value) -> float:
     return value
 
 
-def positive_int(name: str, value) -> int:
-    """Return ``value`` as an int, requiring an integer ≥ 1."""
+def _integer(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"{name} must be an integer, received {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, received {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, received {value}")
     return int(value)
+
+
+def positive_int(name: str, value) -> int:
+    """Return ``value`` as an int, requiring an integer ≥ 1."""
+    return _integer(name, value, 1)
+
+
+def nonneg_int(name: str, value) -> int:
+    """Return ``value`` as an int, requiring an integer ≥ 0."""
+    return _integer(name, value, 0)
