@@ -6,12 +6,10 @@ arguments first and then call the same core, so there is one implementation.
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import autograd.numpy as anp
 import numpy as np
 
+from .threads import n_workers, worker_pool
 from .validation import as_float_array
 
 
@@ -35,11 +33,6 @@ def softmax_core(x, axis: int = -1, mask=None):
 # small machine the elementwise passes otherwise cost as much as the two matrix products of
 # attention (benchmarks/run.py measures the ratio). Small arrays stay single-threaded.
 _PARALLEL_MIN_SIZE = 1 << 21
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _threads() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def _softmax_rows(x: np.ndarray) -> None:
@@ -70,17 +63,14 @@ def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
     arrays of more than ``2**21`` entries are processed by one thread per core.
     Not differentiable by autograd: training code uses :func:`softmax_core`.
     """
-    global _POOL
     if mask is not None:
         np.copyto(x, -np.inf, where=~mask)
     rows = np.moveaxis(x, axis, -1)
-    if rows.ndim < 2 or rows.size < _PARALLEL_MIN_SIZE or _threads() == 1 or not rows.flags.c_contiguous:
+    if rows.ndim < 2 or rows.size < _PARALLEL_MIN_SIZE or n_workers() == 1 or not rows.flags.c_contiguous:
         _softmax_rows(rows)
         return x
     flat = rows.reshape(-1, rows.shape[-1])  # a view: rows is C-contiguous
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(_threads(), thread_name_prefix="attn_utils-softmax")
-    list(_POOL.map(_softmax_tiled, np.array_split(flat, _threads())))
+    list(worker_pool().map(_softmax_tiled, np.array_split(flat, n_workers())))
     return x
 
 

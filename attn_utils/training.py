@@ -53,7 +53,6 @@ initialiser for its own parameters, and how scores become weights).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import numbers
 import time
@@ -66,6 +65,7 @@ from autograd import value_and_grad
 from autograd.tracer import getval
 
 from .tasks import IGNORE, Task, TaskBatch
+from .threads import single_thread_blas
 from .validation import positive_int, positive_scalar
 
 Params = dict[str, np.ndarray]
@@ -559,49 +559,6 @@ def _sgd(params: Params, lr: float, momentum: float = 0.0):
 
 OPTIMIZERS: dict[str, Callable] = {"adam": _adam, "sgd": _sgd}
 """name -> factory(params, lr, **options) returning ``step(params, grads, t) -> params`` (t from 1)."""
-
-
-# --------------------------------------------------------------------------- BLAS threads
-@functools.lru_cache(maxsize=1)
-def _openblas_thread_controls() -> tuple[Callable, Callable] | None:
-    """(get, set) for the OpenBLAS that numpy loaded, or None if it cannot be found."""
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln})
-    except OSError:
-        return None
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get_name, set_name in (("openblas_get_num_threads", "openblas_set_num_threads"),
-                                   ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-                                   ("openblas_get_num_threads64_", "openblas_set_num_threads64_")):
-            if hasattr(lib, get_name) and hasattr(lib, set_name):
-                return getattr(lib, get_name), getattr(lib, set_name)
-    return None
-
-
-@contextlib.contextmanager
-def single_thread_blas():
-    """Run the block with one OpenBLAS thread, then restore the previous count.
-
-    The matrices here are tiny (tens of rows), so BLAS threads only add
-    synchronisation; on a busy 2-core machine spinning BLAS threads made
-    training 5–10× slower. Does nothing if numpy's BLAS is not OpenBLAS.
-    """
-    controls = _openblas_thread_controls()
-    if controls is None:
-        yield
-        return
-    get, set_ = controls
-    before = int(get())
-    set_(1)
-    try:
-        yield
-    finally:
-        set_(before)
 
 
 # --------------------------------------------------------------------------- training

@@ -90,8 +90,11 @@ def bench_attention() -> None:
     rng = np.random.default_rng(0)
     b, h, n, d = 4, 8, 1024, 64
     q, k, v = (rng.standard_normal((b, h, n, d), dtype=np.float32) for _ in range(3))
-    bound = best_of(lambda: (q @ np.swapaxes(k, -1, -2)) @ v)
-    ours = best_of(lambda: au.scaled_dot_product_attention(q, k, v))
+    # Interleave the two measurements and keep each one's best, so a burst of load on a small
+    # shared machine hits both alike.
+    pairs = [(best_of(lambda: (q @ np.swapaxes(k, -1, -2)) @ v, 3),
+              best_of(lambda: au.scaled_dot_product_attention(q, k, v), 3)) for _ in range(5)]
+    bound, ours = min(p[0] for p in pairs), min(p[1] for p in pairs)
     print(f"  two matmuls {bound * 1e3:.0f} ms, scaled_dot_product_attention {ours * 1e3:.0f} ms "
           f"(batch {b}, {h} heads, n={n}, d_k={d}, float32)")
     verdict("attention forward / two-matmul bound", ours / bound, 1.5, "x")
