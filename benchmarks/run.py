@@ -75,15 +75,6 @@ def bench_pdf() -> None:
     verdict("PDF build (pdflatex builder, xelatex)", run(["make", "pdf"]), 600, "s")
 
 
-def best_of(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def bench_attention() -> None:
     import attn_utils as au
 
@@ -92,8 +83,8 @@ def bench_attention() -> None:
     q, k, v = (rng.standard_normal((b, h, n, d), dtype=np.float32) for _ in range(3))
     # Interleave the two measurements and keep each one's best, so a burst of load on a small
     # shared machine hits both alike.
-    pairs = [(best_of(lambda: (q @ np.swapaxes(k, -1, -2)) @ v, 3),
-              best_of(lambda: au.scaled_dot_product_attention(q, k, v), 3)) for _ in range(5)]
+    pairs = [(au.min_seconds(lambda: (q @ np.swapaxes(k, -1, -2)) @ v, repeat=3),
+              au.min_seconds(lambda: au.scaled_dot_product_attention(q, k, v), repeat=3)) for _ in range(5)]
     bound, ours = min(p[0] for p in pairs), min(p[1] for p in pairs)
     print(f"  two matmuls {bound * 1e3:.0f} ms, scaled_dot_product_attention {ours * 1e3:.0f} ms "
           f"(batch {b}, {h} heads, n={n}, d_k={d}, float32)")

@@ -25,9 +25,11 @@ def execute(path: Path, timeout: int = 300) -> float:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     start = time.perf_counter()
     # Run from the notebook's folder so relative paths behave as in Jupyter Lab.
-    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     elapsed = time.perf_counter() - start
+    for cell in nb.cells:  # timestamps would make every re-run a diff
+        cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
     return elapsed
 
