@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine (Python >= 3.11):
 #   make html   build the website into _build/html (creates .venv and installs requirements first)
 #   make test   run unit/property tests and re-execute every chapter notebook with nbval
+#   make test-portable   the chapters again under another BLAS kernel, 2 BLAS threads and no AVX-512
 # Also: make pdf (needs the TeX packages in the README), make lab, make execute NB=..., make clean.
 
 PYTHON ?= python3
@@ -9,13 +10,13 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test check-site lab execute execute-all summaries clean
+.PHONY: html pdf test test-portable check-site lab execute execute-all summaries constraints clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (attn_utils)" >/dev/null
 	touch $(STAMP)
 
@@ -32,13 +33,22 @@ pdf: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-current-env
 
+# Every chapter re-run and compared again on "another machine": OpenBLAS's Sandy Bridge kernel
+# (runs on every x86-64 CPU), two BLAS threads per kernel, and numpy's AVX-512 loops switched off
+# (those this CPU has). A printed line that depends on the machine fails here.
+NPY_AVX512 = $$($(BIN)/python -c 'from numpy._core._multiarray_umath import __cpu_features__ as f, __cpu_dispatch__ as d; print(" ".join(k for k in d if f.get(k) and ("512" in k or k == "X86_V4")))' 2>/dev/null)
+test-portable: $(STAMP)
+	OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=2 NPY_DISABLE_CPU_FEATURES="$(NPY_AVX512)" \
+	  $(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-current-env chapters
+
 # After make html: the site works offline (assets local, math rendered by headless Chromium).
 check-site: $(STAMP)
 	$(BIN)/python -m pytest -p no:xdist -q tests/test_site.py
 
+# Jupyter refuses to start as root unless told; root is normal in a container.
 lab: $(STAMP)
 	$(BIN)/python -m pip install --quiet jupyterlab
-	$(BIN)/jupyter lab chapters/
+	$(BIN)/jupyter lab chapters/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 # Re-execute notebooks in place after editing them: make execute NB=chapters/01_dot_product_variance.ipynb
 execute: $(STAMP)
@@ -50,6 +60,13 @@ execute-all: $(STAMP)
 # After editing a chapter's Short answer or Common wrong answers: regenerate the two summary pages.
 summaries: $(STAMP)
 	$(BIN)/python tools/build_summaries.py
+
+# After changing requirements.txt: pin the versions a fresh .venv resolves to.
+constraints:
+	rm -rf .venv-pin && $(PYTHON) -m venv .venv-pin
+	.venv-pin/bin/python -m pip install --quiet -r requirements.txt
+	{ sed -n '1,3p' constraints.txt; .venv-pin/bin/python -m pip freeze --exclude-editable | grep -v '^-e'; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf .venv-pin
 
 clean:
 	rm -rf _build

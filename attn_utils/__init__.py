@@ -44,7 +44,8 @@ from .attention import (attention_query_jacobian, attention_scores, causal_mask,
                         scaled_dot_product_attention)
 from .multihead import (init_mha_params, merge_heads, mha_param_count, multi_head_attention,
                         split_heads)
-from .checks import (MonteCarloMoments, check, check_allclose, check_bound, mc_moments)
+from .checks import (MonteCarloMoments, SeedSummary, check, check_allclose, check_bound, check_count,
+                     check_seeds, mc_moments)
 from .plotting import (PALETTE, attention_heatmap, figure, use_book_style)
 from .tasks import (IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task,
                     recall_task, two_relation_task)
@@ -80,7 +81,7 @@ __all__ = [
     "entropy", "jacobian_frobenius_sq", "log_softmax", "softmax", "softmax_core",
     "softmax_jacobian", "attention_query_jacobian", "attention_scores", "causal_mask",
     "default_scale", "scaled_dot_product_attention", "init_mha_params", "merge_heads",
-    "mha_param_count", "multi_head_attention", "split_heads", "MonteCarloMoments", "check",
+    "mha_param_count", "multi_head_attention", "split_heads", "MonteCarloMoments", "SeedSummary", "check", "check_count", "check_seeds",
     "check_allclose", "check_bound", "mc_moments", "PALETTE", "attention_heatmap", "figure",
     "use_book_style", "IGNORE", "Task", "TaskBatch", "copy_task", "keyword_task",
     "previous_token_task", "recall_task", "two_relation_task", "SCORES", "ModelConfig",

@@ -1,8 +1,24 @@
 """Checks that print one verdict line and raise when a claim fails.
 
-Every check in the book goes through :func:`check` or :func:`check_bound`, so a
-reader sees the same line everywhere: what was measured, what theory says, the
-tolerance, and ✓ or ✗.
+Every check in the book goes through :func:`check`, :func:`check_bound`,
+:func:`check_allclose`, :func:`check_seeds` or :func:`check_count`, so a reader sees
+the same line everywhere: what was measured, what theory says, the tolerance, and
+✓ or ✗.
+
+Portable output
+---------------
+A printed line must be the same on every machine. Exact and closed-form results,
+and Monte Carlo estimates in float64, are printed to 4 significant digits: their
+rounding differences across BLAS kernels sit ~12 digits below that. A *trained*
+model is different: training is chaotic, and a last-bit difference in one matrix
+product (another CPU, BLAS kernel or thread count) grows into a different model.
+Such numbers are printed with a leading ``≈`` (``approx=True``, and always in
+:func:`check_seeds` / :func:`check_count`) at the precision they deserve; the test
+suite treats the digits after ``≈`` as machine dependent (``tests/nbval_sanitize.cfg``)
+and compares everything else on the line: the claim, the bound, the verdict. What
+makes a trained claim hold on every machine is its *margin*, which
+:func:`check_seeds` asserts: the mean over seeds must clear the bound by ``z``
+standard errors, not just clear it.
 """
 from __future__ import annotations
 
@@ -15,26 +31,37 @@ def _fmt(x, spec: str) -> str:
     return format(float(x), spec)
 
 
-def check(name: str, measured, theory, tol: float, *, rel: bool = False, fmt: str = ".4g") -> float:
+def _measured(x, spec: str, approx: bool) -> str:
+    """The measured value as printed; ``≈`` marks digits that vary by machine (module docstring)."""
+    return ("≈" if approx else "") + _fmt(x, spec)
+
+
+def check(name: str, measured, theory, tol: float, *, rel: bool = False, fmt: str = ".4g",
+          approx: bool = False) -> float:
     """Assert ``|measured − theory| ≤ tol`` (or ``≤ tol·|theory|`` when ``rel``).
 
     Prints e.g. ``Var(q·k)/d_k = 1.003 (theory 1, tol 0.05)  ✓`` and raises
     ``AssertionError`` with the same line marked ✗ when it fails. Returns the
-    measured value as a Python float (ready for ``glue``).
+    measured value as a Python float (ready for ``glue``). ``approx=True`` marks a
+    measurement of a trained model (``≈``, see the module docstring).
     """
     measured, theory = float(measured), float(theory)
     bound = tol * abs(theory) if rel else tol
     ok = np.isfinite(measured) and abs(measured - theory) <= bound
     kind = "rel tol" if rel else "tol"
-    line = f"{name} = {_fmt(measured, fmt)} (theory {_fmt(theory, fmt)}, {kind} {tol:g})"
+    line = f"{name} = {_measured(measured, fmt, approx)} (theory {_fmt(theory, fmt)}, {kind} {tol:g})"
     print(f"{line}  {'✓' if ok else '✗'}")
     if not ok:
         raise AssertionError(f"check failed: {line}")
     return measured
 
 
-def check_bound(name: str, measured, *, upper=None, lower=None, fmt: str = ".4g") -> float:
-    """Assert ``lower ≤ measured ≤ upper`` (either bound optional) and print a verdict."""
+def check_bound(name: str, measured, *, upper=None, lower=None, fmt: str = ".4g", approx: bool = False) -> float:
+    """Assert ``lower ≤ measured ≤ upper`` (either bound optional) and print a verdict.
+
+    ``approx=True`` marks a measurement of a trained model (``≈``, see the module docstring);
+    for a statistic over seeds prefer :func:`check_seeds`, which also asserts a margin.
+    """
     if upper is None and lower is None:
         raise ValueError("check_bound needs upper, lower or both")
     measured = float(measured)
@@ -46,7 +73,7 @@ def check_bound(name: str, measured, *, upper=None, lower=None, fmt: str = ".4g"
     if upper is not None:
         ok = ok and measured <= upper
         parts.append(f"≤ {_fmt(upper, fmt)}")
-    line = f"{name} = {_fmt(measured, fmt)} (expected {' and '.join(parts)})"
+    line = f"{name} = {_measured(measured, fmt, approx)} (expected {' and '.join(parts)})"
     print(f"{line}  {'✓' if ok else '✗'}")
     if not ok:
         raise AssertionError(f"check failed: {line}")
@@ -71,6 +98,91 @@ def check_allclose(name: str, measured, expected, *, atol: float = 0.0, rtol: fl
     line = f"{name}: max |difference| = {diff:.3g} exceeds atol {atol:g}, rtol {rtol:g}"
     print(f"{line}  ✗")
     raise AssertionError(f"check failed: {line}")
+
+
+@dataclass(frozen=True)
+class SeedSummary:
+    """What :func:`check_seeds` measured: mean, sd and standard error over seeds, and the
+    margin to the nearest bound in standard errors (``inf`` when every seed agrees)."""
+
+    mean: float
+    sd: float
+    se: float
+    margin: float
+    n: int
+
+
+MIN_SEEDS = 8
+"""The fewest seeds a claim about trained models may rest on."""
+
+
+def check_seeds(name: str, per_seed, *, lower=None, upper=None, z: float = 3.0, fmt: str = ".2f",
+                min_seeds: int = MIN_SEEDS) -> SeedSummary:
+    """Assert that the mean over seeds clears its bound(s) by ``z`` standard errors.
+
+    per_seed : (S,) one value per independently trained model (an accuracy, a paired
+        difference between two methods trained from the same seed, …), S ≥ ``min_seeds``.
+    Passes when ``mean − z·SE ≥ lower`` and ``mean + z·SE ≤ upper`` with
+    ``SE = sd/√S`` (sd with ``ddof=1``), so a claim that barely clears its bound in this
+    draw of seeds fails instead of passing by luck. Prints e.g.::
+
+        1/√d_k: mean accuracy = ≈0.98 ± ≈0.01 (mean ± SE of 8 seeds; expected ≥ 0.9, margin ≈8.0 SE ≥ 3)  ✓
+
+    The numbers after ``≈`` depend on the machine; the claim and the verdict do not.
+    Returns a :class:`SeedSummary` (glue its ``mean`` with ``approx=True``).
+    """
+    if upper is None and lower is None:
+        raise ValueError("check_seeds needs upper, lower or both")
+    values = np.asarray(per_seed, dtype=float)
+    if values.ndim != 1:
+        raise ValueError(f"per_seed must be one value per seed, shape (S,); received shape {values.shape}")
+    if values.size < min_seeds:
+        raise ValueError(f"per_seed must hold at least {min_seeds} seeds, received {values.size}")
+    mean = float(values.mean())
+    sd = float(values.std(ddof=1))
+    se = sd / np.sqrt(values.size)
+    gaps = []
+    parts = []
+    if lower is not None:
+        gaps.append(mean - lower)
+        parts.append(f"≥ {_fmt(lower, fmt)}")
+    if upper is not None:
+        gaps.append(upper - mean)
+        parts.append(f"≤ {_fmt(upper, fmt)}")
+    gap = min(gaps)
+    margin = gap / se if se > 0 else (np.inf if gap >= 0 else -np.inf)
+    ok = bool(np.isfinite(mean)) and gap >= 0 and margin >= z
+    shown = "≈∞" if np.isinf(margin) else _measured(margin, ".1f", True)
+    line = (f"{name} = {_measured(mean, fmt, True)} ± {_measured(se, fmt, True)} (mean ± SE of {values.size} seeds; "
+            f"expected {' and '.join(parts)}, margin {shown} SE ≥ {z:g})")
+    print(f"{line}  {'✓' if ok else '✗'}")
+    if not ok:
+        raise AssertionError(f"check failed: {line}")
+    return SeedSummary(mean, sd, se, float(margin), int(values.size))
+
+
+def check_count(name: str, flags, *, at_least=None, at_most=None, min_seeds: int = MIN_SEEDS) -> int:
+    """Assert how many seeds satisfy a condition: ``at_least ≤ count ≤ at_most``.
+
+    flags : (S,) bools, one per seed (e.g. ``accuracy ≥ 0.99``). Prints
+    ``name: ≈7 of 8 seeds (expected ≥ 6)  ✓``; returns the count.
+    """
+    if at_least is None and at_most is None:
+        raise ValueError("check_count needs at_least, at_most or both")
+    flags = np.asarray(flags)
+    if flags.ndim != 1 or flags.dtype != bool:
+        raise TypeError(f"flags must be a 1-d bool array (one per seed), received dtype {flags.dtype}, "
+                        f"shape {flags.shape}")
+    if flags.size < min_seeds:
+        raise ValueError(f"flags must hold at least {min_seeds} seeds, received {flags.size}")
+    count = int(flags.sum())
+    ok = (at_least is None or count >= at_least) and (at_most is None or count <= at_most)
+    parts = ([f"≥ {at_least}"] if at_least is not None else []) + ([f"≤ {at_most}"] if at_most is not None else [])
+    line = f"{name}: ≈{count} of {flags.size} seeds (expected {' and '.join(parts)})"
+    print(f"{line}  {'✓' if ok else '✗'}")
+    if not ok:
+        raise AssertionError(f"check failed: {line}")
+    return count
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Thread control shared by the numpy fast paths and the training harness.
 
-* :func:`single_thread_blas` — run a block with one OpenBLAS thread (restored afterwards).
+* :func:`single_thread_blas` — run a block with one BLAS thread (restored afterwards).
 * :func:`worker_pool` — one process-wide thread pool, one worker per available core.
 
 numpy's ufuncs and BLAS calls release the GIL, so Python threads give real parallelism for
@@ -9,11 +9,10 @@ large array work; BLAS's own threads must then be switched off or the two compet
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
+
+from threadpoolctl import threadpool_limits
 
 _POOL: ThreadPoolExecutor | None = None
 
@@ -31,47 +30,18 @@ def worker_pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-@functools.lru_cache(maxsize=1)
-def _openblas_thread_controls() -> tuple[Callable, Callable] | None:
-    """(get, set) for the OpenBLAS that numpy loaded, or None if it cannot be found."""
-    try:
-        with open("/proc/self/maps") as fh:
-            paths = sorted({ln.split()[-1] for ln in fh if "openblas" in ln.lower() and ".so" in ln})
-    except OSError:
-        return None
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for get_name, set_name in (("openblas_get_num_threads", "openblas_set_num_threads"),
-                                   ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
-                                   ("openblas_get_num_threads64_", "openblas_set_num_threads64_")):
-            if hasattr(lib, get_name) and hasattr(lib, set_name):
-                return getattr(lib, get_name), getattr(lib, set_name)
-    return None
-
-
 @contextlib.contextmanager
 def single_thread_blas():
-    """Run the block with one OpenBLAS thread, then restore the previous count.
+    """Run the block with one BLAS thread, then restore the previous count (``threadpoolctl``).
 
     Used where the caller parallelises itself (one BLAS call per worker thread) and where the
     matrices are tiny (training: BLAS threads only add synchronisation; on a busy 2-core machine
-    spinning BLAS threads made training 5–10× slower). Process-wide while the block runs.
-    Does nothing if numpy's BLAS is not OpenBLAS.
+    spinning BLAS threads made training 5–10× slower). The thread count does not change any
+    printed result of the book (CONTRIBUTING.md, "Portable outputs"). Process-wide while the
+    block runs, as every BLAS thread setting is.
     """
-    controls = _openblas_thread_controls()
-    if controls is None:
+    with threadpool_limits(limits=1, user_api="blas"):
         yield
-        return
-    get, set_ = controls
-    before = int(get())
-    set_(1)
-    try:
-        yield
-    finally:
-        set_(before)
 
 
 __all__ = ["n_workers", "single_thread_blas", "worker_pool"]
