@@ -134,3 +134,34 @@ def test_cheatsheet_and_wrong_answers_are_generated_from_the_chapters():
 def test_wrong_answers_catalogue_has_at_least_12_entries():
     text = (ROOT / "wrong_answers.md").read_text(encoding="utf-8")
     assert text.count("refuted here <wrong-") >= 12
+
+
+APPROX_NUMBER = re.compile(r"≈(-?[0-9]|∞)")
+TRAINS = re.compile(r"\b(train|train_per_parameter)\(")
+
+
+def _output_text(cell: dict) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append("".join(out.get("text", "")))
+        for value in out.get("data", {}).values():
+            if isinstance(value, str):
+                parts.append(value)
+            elif isinstance(value, list):
+                parts.append("".join(value))
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_approx_marks_only_trained_measurements(path):
+    """The test suite does not compare digits after "≈" (tests/nbval_sanitize.cfg), so the mark is
+    reserved for models trained in the notebook: a chapter that trains nothing must print and glue
+    every number in full, where nbval compares it."""
+    nb = load(path)
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    if TRAINS.search(code):
+        return
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        text = _output_text(cell)
+        assert not APPROX_NUMBER.search(text), (
+            f"code cell {i} prints a number marked ≈ (not compared by nbval), but {path.name} trains no model")

@@ -4,7 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from attn_utils import MonteCarloMoments, check, check_allclose, check_bound, mc_moments
+from attn_utils import (MonteCarloMoments, SeedSummary, check, check_allclose, check_bound, check_count, check_seeds,
+                        mc_moments)
 
 
 # ---------------------------------------------------------------- check
@@ -169,3 +170,77 @@ def test_mc_moments_coverage_rate_normal():
     assert 0.92 <= cover_var <= 0.97, cover_var
     # and a CI that is too narrow would be caught: half the width covers far less
     assert np.mean(np.abs(m.var - 9.0) <= m.var_halfwidth / 2) < 0.8
+
+
+# ---------------------------------------------------------------- trained measurements: ≈, seeds, counts
+
+def test_approx_marks_the_measured_value_only(capsys):
+    check_bound("peak", 3210.0, lower=100, approx=True, fmt=".2g")
+    assert capsys.readouterr().out == "peak = ≈3.2e+03 (expected ≥ 1e+02)  ✓\n"
+    check("acc", 0.98, 1.0, 0.05, approx=True, fmt=".2f")
+    assert capsys.readouterr().out == "acc = ≈0.98 (theory 1.00, tol 0.05)  ✓\n"
+
+
+def test_check_seeds_passes_with_margin(capsys):
+    s = check_seeds("acc", np.linspace(0.9, 1.0, 8), lower=0.5)
+    assert isinstance(s, SeedSummary) and s.n == 8
+    assert s.mean == pytest.approx(0.95) and s.se == pytest.approx(np.std(np.linspace(0.9, 1, 8), ddof=1) / 8 ** 0.5)
+    assert s.margin == pytest.approx((0.95 - 0.5) / s.se)
+    line = capsys.readouterr().out
+    assert line.startswith("acc = ≈0.95 ± ≈0.01 (mean ± SE of 8 seeds; expected ≥ 0.50, margin ≈")
+    assert line.strip().endswith("SE ≥ 3)  ✓")
+
+
+def test_check_seeds_fails_when_the_mean_clears_the_bound_by_too_few_standard_errors():
+    values = np.linspace(0.4, 0.7, 8)          # mean 0.55 > 0.5, but only ~1.3 SE above it
+    with pytest.raises(AssertionError, match="margin ≈1.3 SE ≥ 3"):
+        check_seeds("acc", values, lower=0.5)
+    check_seeds("acc", values, lower=0.5, z=1.0)
+    with pytest.raises(AssertionError):
+        check_seeds("acc", values, upper=0.5)  # on the wrong side altogether
+    with pytest.raises(AssertionError):
+        check_seeds("acc", values, lower=0.0, upper=0.6)  # the nearer bound decides
+
+
+def test_check_seeds_identical_seeds_and_bad_input(capsys):
+    s = check_seeds("solved", np.ones(8), lower=0.99)
+    assert s.margin == np.inf and "margin ≈∞ SE" in capsys.readouterr().out
+    with pytest.raises(AssertionError):
+        check_seeds("solved", np.full(8, 0.98), lower=0.99)
+    with pytest.raises(ValueError, match="at least 8 seeds, received 4"):
+        check_seeds("few", np.ones(4), lower=0.5)
+    with pytest.raises(ValueError, match=r"shape \(S,\); received shape \(2, 8\)"):
+        check_seeds("2d", np.ones((2, 8)), lower=0.5)
+    with pytest.raises(ValueError, match="upper, lower or both"):
+        check_seeds("none", np.ones(8))
+    with pytest.raises(AssertionError):
+        check_seeds("nan", np.r_[np.ones(7), np.nan], lower=0.5)
+
+
+def test_check_count(capsys):
+    flags = np.array([True] * 7 + [False])
+    assert check_count("solved", flags, at_least=6) == 7
+    assert capsys.readouterr().out == "solved: ≈7 of 8 seeds (expected ≥ 6)  ✓\n"
+    with pytest.raises(AssertionError, match="≈7 of 8 seeds"):
+        check_count("solved", flags, at_most=6)
+    with pytest.raises(TypeError, match="bool"):
+        check_count("ints", np.ones(8), at_least=1)
+    with pytest.raises(ValueError, match="at least 8 seeds"):
+        check_count("few", np.ones(4, bool), at_least=1)
+
+
+def test_sanitizer_rewrites_only_numbers_after_the_approx_mark():
+    """tests/nbval_sanitize.cfg: the one rewrite nbval applies before comparing outputs."""
+    import configparser
+    import re
+    from pathlib import Path
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).with_name("nbval_sanitize.cfg"), encoding="utf-8")
+    assert len(cfg.sections()) == 1
+    rule = cfg[cfg.sections()[0]]
+    sub = lambda s: re.sub(rule["regex"], rule["replace"], s)  # noqa: E731
+    line = "acc = ≈0.95 ± ≈1.2e-03 (mean ± SE of 8 seeds; expected ≥ 0.50, margin ≈∞ SE ≥ 3)  ✓"
+    assert sub(line) == "acc = ≈# ± ≈# (mean ± SE of 8 seeds; expected ≥ 0.50, margin ≈# SE ≥ 3)  ✓"
+    exact = "Var(q·k)/d_k = 1.003 (theory 1, tol 0.05)  ✓"
+    assert sub(exact) == exact
