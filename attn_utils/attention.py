@@ -2,13 +2,16 @@
 
 Shapes: batch and head axes lead, sequence and feature axes come last.
 ``q (..., n_q, d_k)``, ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``.
+
+:func:`scaled_dot_product_attention` is the book's one implementation: three lines after its
+argument checks, ``softmax(s·q kᵀ) v``. It is single-threaded numpy apart from BLAS's own
+threads in the two matrix products, so it is safe to call from any thread and after ``fork``.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .softmax import softmax_inplace, softmax_jacobian
-from .threads import n_workers, single_thread_blas, worker_pool
 from .validation import as_float_array, check_axis_size, check_same_leading, positive_int, positive_scalar
 
 
@@ -31,7 +34,12 @@ def causal_mask(n_q: int, n_k: int | None = None) -> np.ndarray:
     return np.arange(n_k)[None, :] <= np.arange(n_k - n_q, n_k)[:, None]
 
 
-def _check_qkv(q, k, v):
+def check_qkv(q, k, v=None):
+    """Validate attention inputs: ``q (..., n_q, d_k)``, ``k (..., n_k, d_k)``, ``v (..., n_k, d_v)``.
+
+    Returns them as float arrays. Raises ``ValueError`` naming the argument for mismatched
+    ``d_k`` or ``n_k``, differing leading (batch/head) axes, and NaN or ±inf entries.
+    """
     q = as_float_array("q", q, min_ndim=2)
     k = as_float_array("k", k, min_ndim=2)
     check_axis_size("k", k, -1, q.shape[-1], "d_k, must match q")
@@ -43,48 +51,66 @@ def _check_qkv(q, k, v):
     return q, k, v
 
 
+def check_mask(mask, scores_shape: tuple[int, ...]) -> np.ndarray:
+    """Validate a boolean attention mask (``True`` = may attend) against ``(..., n_q, n_k)``.
+
+    Any shape that broadcasts to the scores without enlarging them is accepted, as in numpy,
+    PyTorch and JAX: ``(n_q, n_k)``, a key-padding mask ``(B, 1, 1, n_k)``, a per-query mask
+    ``(..., n_q, 1)``.
+    """
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"mask must be boolean (True = may attend), received dtype {mask.dtype}")
+    try:
+        ok = np.broadcast_shapes(mask.shape, scores_shape) == tuple(scores_shape)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"mask of shape {mask.shape} must broadcast to the scores (..., n_q, n_k) = "
+                         f"{tuple(scores_shape)} without enlarging them")
+    return mask
+
+
 def attention_scores(q, k, scale: float | None = None) -> np.ndarray:
     """Scaled logits ``scale · q kᵀ``; ``scale`` defaults to ``1/sqrt(d_k)``.
 
     q : (..., n_q, d_k), k : (..., n_k, d_k) → (..., n_q, n_k)
     """
-    q, k, _ = _check_qkv(q, k, None)
-    return _scores(q, k, scale)
+    q, k, _ = check_qkv(q, k)
+    scores = _scores(q, k, scale)
+    if not np.isfinite(scores).all():
+        raise ValueError(_overflow_message(scores.dtype))
+    return scores
+
+
+def _overflow_message(dtype) -> str:
+    wider = " or pass them as float64" if dtype != np.float64 else ""
+    return (f"scale·q·kᵀ overflowed {dtype} (largest finite value {np.finfo(dtype).max:.3g}) "
+            f"although q and k are finite: scale q or k down{wider}")
 
 
 def _scores(q: np.ndarray, k: np.ndarray, scale: float | None) -> np.ndarray:
     """:func:`attention_scores` for arrays that are already checked."""
     scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
-    # Scaling q (n_q·d_k numbers) is cheaper than scaling the (n_q, n_k) product.
-    return (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
-
-
-def _check_mask(mask, scores_shape):
-    mask = np.asarray(mask)
-    if mask.dtype != bool:
-        raise TypeError(f"mask must be boolean (True = may attend), received dtype {mask.dtype}")
-    if mask.ndim < 2 or mask.shape[-2:] != scores_shape[-2:]:
-        raise ValueError(f"mask must end in (n_q, n_k) = {scores_shape[-2:]}, received shape {mask.shape}")
-    try:
-        if np.broadcast_shapes(mask.shape, scores_shape) != scores_shape:
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"mask of shape {mask.shape} does not broadcast to scores of shape {scores_shape}") from None
-    return mask
+    # Scaling q (n_q·d_k numbers) is cheaper than scaling the (n_q, n_k) product. An overflow
+    # is not warned about here: scaled_dot_product_attention reports it as an error.
+    with np.errstate(over="ignore"):
+        return (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None):
-    """``softmax(scale · q kᵀ) v`` with optional boolean mask.
+    """``softmax(scale · q kᵀ) v``, with an optional boolean mask.
 
     Parameters
     ----------
     q : (..., n_q, d_k)
     k : (..., n_k, d_k)
     v : (..., n_k, d_v)
-        Leading axes must be identical for q, k and v.
-    mask : bool (..., n_q, n_k), optional
-        ``True`` where attention is allowed; broadcast over leading axes.
-        A query with every key masked gets zero weights and a zero output.
+        Leading axes must be identical for q, k and v. Entries must be finite.
+    mask : bool, broadcastable to (..., n_q, n_k), optional
+        ``True`` where attention is allowed (e.g. :func:`causal_mask`, or a key-padding mask
+        of shape (B, 1, 1, n_k)). A query with every key masked gets zero weights and a zero
+        output (documented policy: it attends to nothing); so does every query when ``n_k = 0``.
     scale : float > 0, optional
         Defaults to ``1/sqrt(d_k)`` (per-head key size, not d_model).
 
@@ -92,51 +118,20 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None)
     -------
     output : (..., n_q, d_v)
     weights : (..., n_q, n_k)
+
+    Computed in the inputs' common float dtype (float16, float32 or float64). If finite
+    inputs give a score that overflows that dtype, ``ValueError`` says so instead of
+    returning NaN weights.
     """
-    q, k, v = _check_qkv(q, k, v)
-    shape = (*q.shape[:-1], k.shape[-2])
+    q, k, v = check_qkv(q, k, v)
     if mask is not None:
-        mask = _check_mask(mask, shape)
-    if np.prod(shape) >= _FUSED_MIN_SIZE and n_workers() > 1:
-        return _fused_attention(q, k, v, mask, scale)
-    scores = _scores(q, k, scale)
-    weights = softmax_inplace(scores, axis=-1, mask=mask)  # scores is ours to overwrite
+        mask = check_mask(mask, (*q.shape[:-1], k.shape[-2]))
+    scores = _scores(q, k, scale)                                   # (..., n_q, n_k)
+    try:
+        weights = softmax_inplace(scores, mask=mask)                # scores is ours to overwrite
+    except FloatingPointError:
+        raise ValueError(_overflow_message(scores.dtype)) from None
     return weights @ v, weights
-
-
-# Above this many scores, attention is computed tile by tile on all cores: each worker takes a
-# block of query rows of one (batch, head), multiplies, normalises and applies the values while the
-# tile is still in cache. Same arithmetic as the plain path (equal to rounding, tested), but the
-# elementwise softmax passes no longer stream the whole (…, n_q, n_k) array through memory.
-_FUSED_MIN_SIZE = 1 << 21
-_TILE_ENTRIES = 1 << 20  # measured best on 2 cores between 2**18 and 2**21 (benchmarks/run.py)
-
-
-def _fused_attention(q, k, v, mask, scale):
-    """Tiled, multi-threaded :func:`scaled_dot_product_attention` for checked, large inputs."""
-    dtype = np.result_type(q, k, v)
-    n_q, n_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    lead = q.shape[:-2]
-    scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
-    qf = (q * np.asarray(scale, dtype=q.dtype)).astype(dtype, copy=False).reshape(-1, n_q, q.shape[-1])
-    kt = np.swapaxes(k.astype(dtype, copy=False).reshape(-1, n_k, k.shape[-1]), -1, -2)
-    vf = v.astype(dtype, copy=False).reshape(-1, n_k, d_v)
-    keep = None if mask is None else np.broadcast_to(mask, (*lead, n_q, n_k)).reshape(-1, n_q, n_k)
-    weights = np.empty((qf.shape[0], n_q, n_k), dtype=dtype)
-    out = np.empty((qf.shape[0], n_q, d_v), dtype=dtype)
-    rows = max(1, _TILE_ENTRIES // n_k)
-
-    def tile(job):
-        i, r = job
-        w = weights[i, r:r + rows]
-        np.matmul(qf[i, r:r + rows], kt[i], out=w)
-        softmax_inplace(w, mask=None if keep is None else keep[i, r:r + rows])
-        np.matmul(w, vf[i], out=out[i, r:r + rows])
-
-    jobs = [(i, r) for i in range(qf.shape[0]) for r in range(0, n_q, rows)]
-    with single_thread_blas():  # the workers are the parallelism; BLAS threads would compete
-        list(worker_pool().map(tile, jobs))
-    return out.reshape(*lead, n_q, d_v), weights.reshape(*lead, n_q, n_k)
 
 
 def attention_query_jacobian(q, k, v, scale: float | None = None) -> np.ndarray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import _check_mask, _check_qkv, default_scale
+from .attention import check_mask, check_qkv, default_scale
 from .validation import positive_int, positive_scalar
 
 
@@ -100,7 +100,7 @@ def blocked_attention(q, k, v, block_size, mask=None, scale: float | None = None
     stats : BlockedAttentionStats
         Only when ``return_stats``.
     """
-    q, k, v = _check_qkv(q, k, v)
+    q, k, v = check_qkv(q, k, v)
     block_size = positive_int("block_size", block_size)
     scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
     if not isinstance(causal, (bool, np.bool_)):
@@ -108,7 +108,7 @@ def blocked_attention(q, k, v, block_size, mask=None, scale: float | None = None
     lead, (n_q, d_k), n_k, d_v = q.shape[:-2], q.shape[-2:], k.shape[-2], v.shape[-1]
     q_block = max(n_q, 1) if query_block_size is None else positive_int("query_block_size", query_block_size)
     if mask is not None:
-        mask = _check_mask(mask, lead + (n_q, n_k))
+        mask = np.broadcast_to(check_mask(mask, lead + (n_q, n_k)), lead + (n_q, n_k))  # a view; tiles slice it
     if causal and n_k < n_q:
         raise ValueError(f"causal attention needs n_k >= n_q, received n_q={n_q}, n_k={n_k}")
     offset = n_k - n_q  # query i sits at absolute position offset + i

@@ -9,7 +9,6 @@ from __future__ import annotations
 import autograd.numpy as anp
 import numpy as np
 
-from .threads import n_workers, worker_pool
 from .validation import as_float_array
 
 
@@ -29,48 +28,50 @@ def softmax_core(x, axis: int = -1, mask=None):
     return e / anp.where(total > 0, total, 1.0)
 
 
-# Large score arrays are split across threads: numpy's exp/max/sum release the GIL, and on a
-# small machine the elementwise passes otherwise cost as much as the two matrix products of
-# attention (benchmarks/run.py measures the ratio). Small arrays stay single-threaded.
-_PARALLEL_MIN_SIZE = 1 << 21
+# Rows are processed in tiles of about 2**18 entries, so the max, exp, sum and scale passes over
+# a tile run while it is still in cache instead of streaming the whole score array four times.
+_TILE_ENTRIES = 1 << 18
 
 
 def _softmax_rows(x: np.ndarray) -> None:
-    """In-place softmax along the last axis of a C-contiguous block (no mask)."""
+    """In-place softmax along the last axis of ``x`` (masked entries are -inf).
+
+    Raises ``FloatingPointError`` if a row's largest entry is +inf (a score that overflowed).
+    """
     big = np.max(x, axis=-1, keepdims=True)
     if not np.isfinite(big).all():
-        big[~np.isfinite(big)] = 0.0
+        if (big == np.inf).any():
+            raise FloatingPointError("a row of the softmax input holds +inf")
+        big[~np.isfinite(big)] = 0.0      # a fully masked row: exp(-inf) = 0 below, total 0
     x -= big
     np.exp(x, out=x)
     total = np.sum(x, axis=-1, keepdims=True)
-    total[total == 0] = 1.0
-    np.reciprocal(total, out=total)  # one division per row, then a multiply per entry
+    total[total == 0] = 1.0               # fully masked rows stay all zeros
+    np.reciprocal(total, out=total)       # one division per row, then a multiply per entry
     x *= total
-
-
-def _softmax_tiled(block: np.ndarray) -> None:
-    """:func:`_softmax_rows` on row tiles of about 2**18 entries, so all passes over a tile hit the cache."""
-    step = max(1, (1 << 18) // max(1, block.shape[-1]))
-    for start in range(0, block.shape[0], step):
-        _softmax_rows(block[start:start + step])
 
 
 def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
     """Numpy fast path of :func:`softmax_core`: overwrites and returns ``x`` (a float array the caller owns).
 
-    Same semantics (``-inf`` and ``mask == False`` are masked; empty rows give zeros) with
-    five cheap passes over the data instead of ten, which matters for ``(…, n, n)`` score arrays;
-    arrays of more than ``2**21`` entries are processed by one thread per core.
-    Not differentiable by autograd: training code uses :func:`softmax_core`.
+    Same semantics (``-inf`` and ``mask == False`` are masked; rows with nothing left give
+    zeros) with five cheap passes over the data instead of ten, which matters for
+    ``(…, n, n)`` score arrays. Single-threaded, tiled for the cache. Raises
+    ``FloatingPointError`` for a row holding ``+inf`` (callers validate their inputs, so only an
+    overflowed score gets here). Not differentiable by autograd: training code uses :func:`softmax_core`.
     """
     if mask is not None:
         np.copyto(x, -np.inf, where=~mask)
     rows = np.moveaxis(x, axis, -1)
-    if rows.ndim < 2 or rows.size < _PARALLEL_MIN_SIZE or n_workers() == 1 or not rows.flags.c_contiguous:
-        _softmax_rows(rows)
+    if rows.size == 0:
         return x
-    flat = rows.reshape(-1, rows.shape[-1])  # a view: rows is C-contiguous
-    list(worker_pool().map(_softmax_tiled, np.array_split(flat, n_workers())))
+    if not rows.flags.c_contiguous:
+        _softmax_rows(rows)                   # a strided view (axis != -1): one pass, no tiles
+        return x
+    flat = rows.reshape(-1, rows.shape[-1])   # a view: rows is C-contiguous
+    step = max(1, _TILE_ENTRIES // max(1, flat.shape[-1]))
+    for r in range(0, flat.shape[0], step):
+        _softmax_rows(flat[r:r + step])
     return x
 
 

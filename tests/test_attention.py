@@ -306,27 +306,3 @@ def test_prop_causal_parallel_equals_step_by_step(inputs):
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-14)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_tiled_threaded_path_equals_plain_path(monkeypatch, dtype):
-    """Large inputs take the tiled multi-threaded path; it must agree with the plain path,
-    including masks, fully masked rows, several tiles per head and a ragged last tile."""
-    import importlib
-
-    attention_module = importlib.import_module("attn_utils.attention")
-    rng = np.random.default_rng(11)
-    q = rng.standard_normal((2, 3, 300, 16)).astype(dtype)
-    k = rng.standard_normal((2, 3, 500, 16)).astype(dtype)
-    v = rng.standard_normal((2, 3, 500, 8)).astype(dtype)
-    mask = rng.random((300, 500)) < 0.7
-    mask[7] = False                                           # a query that may see nothing
-    monkeypatch.setattr(attention_module, "_FUSED_MIN_SIZE", 1 << 62)
-    plain = scaled_dot_product_attention(q, k, v, mask=mask)
-    monkeypatch.setattr(attention_module, "_FUSED_MIN_SIZE", 1)
-    monkeypatch.setattr(attention_module, "_TILE_ENTRIES", 64 * 500)   # 64-row tiles: 300 = 4·64 + 44
-    monkeypatch.setattr(attention_module, "n_workers", lambda: 2)
-    tiled = scaled_dot_product_attention(q, k, v, mask=mask)
-    tol = 1e-12 if dtype == np.float64 else 1e-5
-    for a, b in zip(tiled, plain):
-        assert a.dtype == b.dtype == dtype
-        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
-    assert not tiled[1][:, :, 7].any() and not tiled[0][:, :, 7].any()

@@ -117,12 +117,13 @@ def test_non_bool_mask():
 
 
 def test_wrong_mask_shape():
-    with pytest.raises(ValueError, match=r"mask must end in \(n_q, n_k\) = \(3, 5\), received shape \(5, 3\)"):
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 3\) must broadcast to the scores \(\.\.\., n_q, n_k\) = \(3, 5\)"):
         scaled_dot_product_attention(Q, K, V, mask=np.ones((5, 3), bool))
-    with pytest.raises(ValueError, match=r"mask must end in .*received shape \(5,\)"):
-        scaled_dot_product_attention(Q, K, V, mask=np.ones(5, bool))
+    with pytest.raises(ValueError, match=r"mask of shape \(4,\) must broadcast"):
+        scaled_dot_product_attention(Q, K, V, mask=np.ones(4, bool))
+    scaled_dot_product_attention(Q, K, V, mask=np.ones(5, bool))   # (n_k,) broadcasts, as in numpy
     # a mask may not enlarge the batch
-    with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 5\) does not broadcast to scores of shape \(3, 5\)"):
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 5\) must broadcast to the scores .* without enlarging them"):
         scaled_dot_product_attention(Q, K, V, mask=np.ones((2, 3, 5), bool))
 
 
@@ -171,8 +172,10 @@ def test_mha_d_model_mismatch():
     params = init_mha_params(np.random.default_rng(51), 8, 2)
     with pytest.raises(ValueError, match=r"x_q axis -1 \(d_model.*\) must have size 8, received shape \(3, 6\)"):
         multi_head_attention(np.ones((3, 6)), np.ones((3, 8)), params, 2)
-    with pytest.raises(ValueError, match="divisible by h=3"):
+    with pytest.raises(ValueError, match=r"head count the parameters were made for \(2\), received h=3"):
         multi_head_attention(np.ones((3, 8)), np.ones((3, 8)), params, 3)
+    with pytest.raises(ValueError, match="divisible by h=3"):
+        multi_head_attention(np.ones((3, 8)), np.ones((3, 8)), dict(params), 3)
 
 
 def test_query_jacobian_bad_input():
