@@ -122,6 +122,7 @@ def check_seeds(name: str, per_seed, *, lower=None, upper=None, z: float = 3.0, 
 
     per_seed : (S,) one value per independently trained model (an accuracy, a paired
         difference between two methods trained from the same seed, …), S ≥ ``min_seeds``.
+
     Passes when ``mean − z·SE ≥ lower`` and ``mean + z·SE ≤ upper`` with
     ``SE = sd/√S`` (sd with ``ddof=1``), so a claim that barely clears its bound in this
     draw of seeds fails instead of passing by luck. Prints e.g.::

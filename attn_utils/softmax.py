@@ -154,7 +154,7 @@ def jacobian_frobenius_sq(p) -> np.ndarray:
     p : (..., n); returns (...).
     The three terms cancel when p is nearly one-hot (about 1 − max p < 1e-6): the result
     then loses its relative accuracy and can even come out ≤ 0. Near one-hot, build the
-    Jacobian from the logits instead (:func:`attn_utils.gradients.softmax_jacobian_from_logits`).
+    Jacobian from the logits instead (``softmax_jacobian_from_logits`` of chapter 3).
     """
     p = as_float_array("p", p)
     s2 = np.sum(p**2, axis=-1)
