@@ -1,9 +1,10 @@
-"""One figure style for the whole book, and an attention-heatmap helper."""
+"""One figure style for the whole book, and an attention-heatmap helper.
+
+matplotlib is imported when the first figure is made, not with ``attn_utils``: importing the
+package stays fast for code that only computes.
+"""
 from __future__ import annotations
 
-import matplotlib
-
-import matplotlib.pyplot as plt
 import numpy as np
 
 # Colours chosen to stay distinguishable in greyscale print and for common colour-blindness.
@@ -22,7 +23,6 @@ BOOK_STYLE = {
     "grid.alpha": 0.3,
     "axes.spines.top": False,
     "axes.spines.right": False,
-    "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
     "lines.linewidth": 1.6,
     "image.cmap": "viridis",
 }
@@ -30,12 +30,17 @@ BOOK_STYLE = {
 
 def use_book_style() -> None:
     """Apply the book's matplotlib style (idempotent)."""
-    plt.rcParams.update(BOOK_STYLE)
+    import matplotlib
+
+    matplotlib.rcParams.update(BOOK_STYLE)
+    matplotlib.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=PALETTE)
 
 
 def figure(ncols: int = 1, nrows: int = 1, *, width: float | None = None, height: float | None = None,
            **kwargs):
     """``plt.subplots`` in the book's style; ``width``/``height`` in inches (defaults scale with the grid)."""
+    import matplotlib.pyplot as plt
+
     use_book_style()
     w = width if width is not None else min(3.3 * ncols, 9.6) if ncols > 1 else BOOK_STYLE["figure.figsize"][0]
     h = height if height is not None else 2.9 * nrows if nrows > 1 else BOOK_STYLE["figure.figsize"][1]

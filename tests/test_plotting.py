@@ -84,3 +84,11 @@ def test_glue_text(monkeypatch):
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.append((name, value, display)))
     assert book.glue_text("frac", "1/9") == "1/9"
     assert calls == [("frac", "1/9", False)]
+
+
+def test_importing_attn_utils_does_not_import_matplotlib():
+    import subprocess
+    import sys
+
+    code = "import sys, attn_utils; sys.exit('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
