@@ -7,7 +7,8 @@ Two ways to drop the explicit ``1/√d_k``:
   same function. :func:`fold_query_scale` performs the change of variables on
   trained or initial parameters; :func:`train_per_parameter` trains with a
   learning rate (and Adam ε) per parameter, which is what the two
-  parametrisations differ by.
+  parametrisations differ by, and :func:`train_variants` trains several such
+  variants of one model side by side (stacked on the seed axis), paired seed by seed.
 * **Normalise q and k** and learn a temperature: logits ``g·cos(q, k)`` are
   bounded by ``g`` (:func:`cosine_logits`), so a softmax over ``n`` keys can
   put at most :func:`cosine_max_weight` on one key; :func:`gain_for_max_weight`
@@ -23,9 +24,20 @@ from typing import Mapping, Sequence
 import autograd.numpy as anp
 import numpy as np
 from autograd import value_and_grad
+from autograd.tracer import getval
 
 from .tasks import Task
-from .training import SCORES, ModelConfig, init_params, loss, register_score
+from .threads import single_thread_blas
+from .training import (
+    SCORES,
+    ModelConfig,
+    _forward_core,
+    _per_seed_ce,
+    _prepare,
+    _prepare_y,
+    init_params,
+    register_score,
+)
 from .validation import as_float_array, positive_int, positive_scalar
 
 Params = dict[str, np.ndarray]
@@ -84,6 +96,55 @@ def _batches(task: Task, seeds: tuple[int, ...], steps: int, batch_size: int):
     return xs, ys
 
 
+def _seed_tuple(seeds) -> tuple[int, ...]:
+    if isinstance(seeds, (numbers.Integral, str, bytes)):
+        raise TypeError(f"seeds must be a sequence of ints such as range(8), received {seeds!r}")
+    return tuple(int(s) for s in seeds)
+
+
+def _optimise(config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params,
+              optimizer: str) -> tuple[np.ndarray, Params]:
+    """The update loop. lrs[k], epss[k] : (S,) per-seed rate and Adam ε of parameter k.
+
+    Returns (loss (steps, S) per seed before each update, final params)."""
+    steps, S = xs.shape[0], xs.shape[1]
+    per_seed = {}
+
+    def objective(q, x, y):
+        xx, hm = _prepare(q, config, task, x, None)
+        logits = _forward_core(q, config, task.per_position, xx, hm)[0]
+        values = _per_seed_ce(logits, _prepare_y(task, xx, y))
+        per_seed["loss"] = getval(values)   # the per-seed values, without a second forward pass
+        return anp.sum(values)
+
+    vg = value_and_grad(objective)
+    shape = {k: (S,) + (1,) * (v.ndim - 1) for k, v in p.items()}
+    lrs = {k: np.reshape(v, shape[k]) for k, v in lrs.items()}
+    epss = {k: np.reshape(v, shape[k]) for k, v in epss.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    s = {k: np.zeros_like(v) for k, v in p.items()}
+    history = np.empty((steps, S))
+    b1, b2 = 0.9, 0.999
+    with single_thread_blas():
+        for t in range(steps):
+            _, g = vg(p, xs[t], ys[t])
+            history[t] = per_seed["loss"]
+            for k in p:
+                if optimizer == "sgd":
+                    p[k] = p[k] - lrs[k] * g[k]
+                    continue
+                m[k] = b1 * m[k] + (1 - b1) * g[k]
+                s[k] = b2 * s[k] + (1 - b2) * g[k] ** 2
+                m_hat, s_hat = m[k] / (1 - b1 ** (t + 1)), s[k] / (1 - b2 ** (t + 1))
+                p[k] = p[k] - lrs[k] * m_hat / (np.sqrt(s_hat) + epss[k])
+    return history, p
+
+
+def _check_optimizer(optimizer: str) -> None:
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adam', received {optimizer!r}")
+
+
 def train_per_parameter(config: ModelConfig, task: Task, seeds: Sequence[int] = (0,), steps: int = 100,
                         lr: float = 1e-2, optimizer: str = "sgd", lr_mult: Mapping[str, float] | None = None,
                         eps_mult: Mapping[str, float] | None = None, batch_size: int = 32,
@@ -95,38 +156,64 @@ def train_per_parameter(config: ModelConfig, task: Task, seeds: Sequence[int] = 
     multipliers this reproduces :func:`attn_utils.train` step for step.
 
     params : start here instead of ``init_params(config, task, seeds)`` (e.g. folded parameters).
-    Returns ``(loss, params)``: loss (steps,) is the training loss averaged over seeds before each
-    update; params the final parameters (each (S, …)).
+    Returns ``(loss, params)``: loss (steps, S) is each seed's training loss before each update
+    (as ``TrainResult.loss``); params the final parameters (each (S, …)).
     """
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"optimizer must be 'sgd' or 'adam', received {optimizer!r}")
+    _check_optimizer(optimizer)
     steps = positive_int("steps", steps)
     batch_size = positive_int("batch_size", batch_size)
     lr = positive_scalar("lr", lr)
-    if isinstance(seeds, (numbers.Integral, str, bytes)):
-        raise TypeError(f"seeds must be a sequence of ints such as range(4), received {seeds!r}")
-    seeds = tuple(int(s) for s in seeds)
+    seeds = _seed_tuple(seeds)
     p = init_params(config, task, seeds) if params is None else {k: np.array(v) for k, v in params.items()}
-    lrs = {k: lr * m for k, m in _multipliers("lr_mult", lr_mult, p).items()}
-    epss = {k: 1e-8 * m for k, m in _multipliers("eps_mult", eps_mult, p).items()}
+    S = len(seeds)
+    lrs = {k: np.full(S, lr * m) for k, m in _multipliers("lr_mult", lr_mult, p).items()}
+    epss = {k: np.full(S, 1e-8 * m) for k, m in _multipliers("eps_mult", eps_mult, p).items()}
     xs, ys = _batches(task, seeds, steps, batch_size)
-    vg = value_and_grad(lambda q, x, y: loss(q, config, task, x, y))
-    m = {k: np.zeros_like(v) for k, v in p.items()}
-    s = {k: np.zeros_like(v) for k, v in p.items()}
-    history = np.empty(steps)
-    b1, b2 = 0.9, 0.999
-    for t in range(steps):
-        value, g = vg(p, xs[t], ys[t])
-        history[t] = float(value) / len(seeds)
-        for k in p:
-            if optimizer == "sgd":
-                p[k] = p[k] - lrs[k] * g[k]
-                continue
-            m[k] = b1 * m[k] + (1 - b1) * g[k]
-            s[k] = b2 * s[k] + (1 - b2) * g[k] ** 2
-            m_hat, s_hat = m[k] / (1 - b1 ** (t + 1)), s[k] / (1 - b2 ** (t + 1))
-            p[k] = p[k] - lrs[k] * m_hat / (np.sqrt(s_hat) + epss[k])
-    return history, p
+    return _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
+
+
+VARIANT_KEYS = ("lr", "lr_mult", "eps_mult")
+
+
+def train_variants(config: ModelConfig, task: Task, variants: Mapping[str, Mapping], seeds: Sequence[int] = (0,),
+                   steps: int = 100, lr: float = 1e-2, optimizer: str = "sgd",
+                   batch_size: int = 32) -> dict[str, tuple[np.ndarray, Params]]:
+    """Several :func:`train_per_parameter` runs of one config, side by side in one vectorised loop.
+
+    variants : ``{name: {"lr": …, "lr_mult": {…}, "eps_mult": {…}}}`` (each key optional; ``lr``
+        overrides the common rate). Every variant trains every seed from the same initial
+        parameters on the same batches, so variants are paired seed by seed. The variants are
+        stacked on the seed axis (the seeds repeated), which costs much less than separate
+        calls for small models.
+    Returns ``{name: (loss (steps, S), params)}``, each as :func:`train_per_parameter` with that
+    variant's arguments would return it (equal up to rounding).
+    """
+    _check_optimizer(optimizer)
+    steps = positive_int("steps", steps)
+    batch_size = positive_int("batch_size", batch_size)
+    lr = positive_scalar("lr", lr)
+    seeds = _seed_tuple(seeds)
+    if not isinstance(variants, Mapping) or not variants:
+        raise TypeError("variants must be a non-empty dict {name: {'lr': …, 'lr_mult': {…}, 'eps_mult': {…}}}")
+    base = init_params(config, task, seeds)
+    S, V = len(seeds), len(variants)
+    lrs = {k: np.empty(S * V) for k in base}
+    epss = {k: np.empty(S * V) for k in base}
+    for i, (name, spec) in enumerate(variants.items()):
+        if not isinstance(spec, Mapping) or set(spec) - set(VARIANT_KEYS):
+            raise ValueError(f"variant {name!r} must be a dict with keys among {VARIANT_KEYS}, received {spec!r}")
+        rate = positive_scalar(f"variants[{name!r}]['lr']", spec.get("lr", lr))
+        part = slice(i * S, (i + 1) * S)
+        for k, m in _multipliers(f"variants[{name!r}]['lr_mult']", spec.get("lr_mult"), base).items():
+            lrs[k][part] = rate * m
+        for k, m in _multipliers(f"variants[{name!r}]['eps_mult']", spec.get("eps_mult"), base).items():
+            epss[k][part] = 1e-8 * m
+    p = {k: np.concatenate([v] * V) for k, v in base.items()}
+    xs, ys = _batches(task, seeds, steps, batch_size)
+    xs, ys = np.concatenate([xs] * V, axis=1), np.concatenate([ys] * V, axis=1)
+    history, p = _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
+    return {name: (history[:, i * S:(i + 1) * S], {k: v[i * S:(i + 1) * S] for k, v in p.items()})
+            for i, name in enumerate(variants)}
 
 
 # --------------------------------------------------------------------------- cosine attention
@@ -197,5 +284,5 @@ def register_cosine_score(name: str = "cosine_unit") -> str:
     return name
 
 
-__all__ = ["fold_query_scale", "train_per_parameter", "cosine_logits", "cosine_max_weight",
+__all__ = ["fold_query_scale", "train_per_parameter", "train_variants", "cosine_logits", "cosine_max_weight",
            "gain_for_max_weight", "cosine_score", "register_cosine_score"]

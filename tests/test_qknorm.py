@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_utils.qknorm import (cosine_logits, cosine_max_weight, cosine_score, fold_query_scale,
-                               gain_for_max_weight, register_cosine_score, train_per_parameter)
+                               gain_for_max_weight, register_cosine_score, train_per_parameter, train_variants)
 from attn_utils.softmax import softmax
 from attn_utils.tasks import recall_task
 from attn_utils.training import SCORES, ModelConfig, forward, init_params, train
@@ -48,7 +48,8 @@ def test_no_multipliers_reproduces_the_harness(optimizer, lr):
     cfg = ModelConfig(**SMALL)
     hist, params = train_per_parameter(cfg, TASK, [0, 3], steps=12, lr=lr, optimizer=optimizer)
     ref = train(cfg, TASK, [0, 3], steps=12, lr=lr, optimizer=optimizer)
-    np.testing.assert_allclose(hist, ref.loss.mean(axis=1), rtol=1e-12)
+    assert hist.shape == (12, 2)
+    np.testing.assert_allclose(hist, ref.loss, rtol=1e-12)
     for key in params:
         np.testing.assert_allclose(params[key], ref.params[key], rtol=1e-12, atol=1e-14)
 
@@ -75,6 +76,41 @@ def test_adam_needs_lr_and_eps_rescaled():
     np.testing.assert_allclose(h_a, h_b, rtol=1e-9)
     h_same, _ = train_per_parameter(cfg, TASK, [0], steps=20, lr=0.01, optimizer="adam")
     assert np.abs(h_same - h_b).max() > 1e-3
+
+
+def test_variants_match_separate_runs_and_are_paired():
+    cfg = ModelConfig(**SMALL)
+    c = cfg.fixed_scale()
+    variants = {"plain": {}, "again": {}, "W_Q fast": dict(lr_mult={"L0.W_q": 1 / c}, eps_mult={"L0.W_q": c}),
+                "slow": dict(lr=0.003)}
+    out = train_variants(cfg, TASK, variants, [0, 5], steps=10, lr=0.01, optimizer="adam")
+    assert list(out) == list(variants)
+    for name, spec in variants.items():
+        spec = dict(spec)
+        hist, params = train_per_parameter(cfg, TASK, [0, 5], steps=10, lr=spec.pop("lr", 0.01), optimizer="adam",
+                                           **spec)
+        assert out[name][0].shape == (10, 2)
+        np.testing.assert_allclose(out[name][0], hist, rtol=1e-10)
+        for key in params:
+            np.testing.assert_allclose(out[name][1][key], params[key], rtol=1e-10, atol=1e-13)
+    # same seeds, same batches: identical variants give identical runs, different ones differ
+    np.testing.assert_allclose(out["again"][0], out["plain"][0], rtol=1e-12)
+    np.testing.assert_allclose(out["plain"][0][0], out["slow"][0][0], rtol=1e-12)   # step 0: same model
+    assert np.abs(out["slow"][0] - out["plain"][0]).max() > 1e-3
+
+
+def test_variants_arguments():
+    cfg = ModelConfig(**SMALL)
+    with pytest.raises(TypeError, match="variants"):
+        train_variants(cfg, TASK, {}, [0], steps=2)
+    with pytest.raises(ValueError, match="keys among"):
+        train_variants(cfg, TASK, {"a": {"momentum": 0.9}}, [0], steps=2)
+    with pytest.raises(ValueError, match="unknown"):
+        train_variants(cfg, TASK, {"a": {"lr_mult": {"W_nope": 2.0}}}, [0], steps=2)
+    with pytest.raises(ValueError, match="lr"):
+        train_variants(cfg, TASK, {"a": {"lr": 0.0}}, [0], steps=2)
+    with pytest.raises(TypeError, match="seeds"):
+        train_variants(cfg, TASK, {"a": {}}, 3, steps=2)
 
 
 def test_train_per_parameter_arguments():
