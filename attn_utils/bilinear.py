@@ -9,6 +9,11 @@ What is here
 * :func:`qk_scores` — raw scores for separate or shared projections, any leading (trial/batch) axes.
 * :func:`argmax_offset_rate` — how often the row maximum sits at ``i + offset`` (0: the diagonal,
   −1: the previous token), optionally cyclic and with a mask.
+* :func:`neighbour_weights` — each row's weight on its predecessor and on its successor; with
+  symmetric scores and ``cyclic=True`` some row of every sequence gives its successor at least as much
+  (chapter 8, the soft form of "no pointer cycles").
+* :func:`predecessor_chains` — which sequences a head follows along the whole chain ``i → i − 1``,
+  and whether their scores ``s[i, i−1]`` fall along it (required of a symmetric score).
 * :func:`diagonal_max_probability` — the exact probability that a row's maximum is on the diagonal
   for Gaussian inputs and a shared projection, by a one-sided Monte Carlo over the query only.
 * :func:`self_mask` — Reformer's rule: no attention to oneself unless nothing else is allowed.
@@ -96,6 +101,52 @@ def argmax_offset_rate(scores, offset: int = 0, *, cyclic: bool = False, mask=No
     keep = (target >= 0) & (target < n)
     hit = s.argmax(axis=-1)[..., keep] == target[keep]
     return hit.mean(axis=-1)
+
+
+def neighbour_weights(weights, *, cyclic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's weight on its predecessor and on its successor: ``(w[i, i−1], w[i, i+1])``.
+
+    weights : (..., n, n), rows are queries (attention weights or raw scores: anything ordered like
+    them within a row). With ``cyclic`` the neighbours of ``i`` are ``(i ∓ 1) mod n``; without it the
+    missing neighbours (the predecessor of row 0, the successor of row n−1) are NaN.
+    Returns two (..., n) arrays. For a symmetric score matrix and ``n ≥ 3``, every sequence has a row
+    with ``succ ≥ pred`` when ``cyclic`` (otherwise ``s[i, i−1] > s[i, i+1] = s[i+1, i]`` for every ``i``
+    would go round the cycle and give ``s[1, 0] > s[1, 0]``); softmax weights keep each row's order.
+    """
+    w = as_float_array("weights", weights, min_ndim=2)
+    n = w.shape[-1]
+    check_axis_size("weights", w, -2, n, "queries, must equal the number of keys")
+    rows = np.arange(n)
+    if cyclic:
+        return w[..., rows, (rows - 1) % n], w[..., rows, (rows + 1) % n]
+    pred = np.full(w.shape[:-1], np.nan)
+    succ = np.full(w.shape[:-1], np.nan)
+    pred[..., 1:] = w[..., rows[1:], rows[:-1]]
+    succ[..., :-1] = w[..., rows[:-1], rows[1:]]
+    return pred, succ
+
+
+def predecessor_chains(scores, weights=None) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each sequence is a full predecessor chain, and whether its scores fall along it.
+
+    scores : (..., n, n) raw scores ``s[i, j]``; weights : the matrix whose row maxima are the head's
+    choices (the attention weights, e.g. after a mask), same shape; default ``scores``.
+    Returns ``(chained, falling)``, bool arrays of the leading shape: ``chained`` — every row
+    ``i ≥ 1`` has its maximum at ``i − 1`` (first maximum, as ``np.argmax``); ``falling`` —
+    ``s[1, 0] > s[2, 1] > … > s[n−1, n−2]``. With symmetric scores and full attention a chained
+    sequence is always falling (chapter 8, ``eq-ch8-chain``): ``s[i, i−1] > s[i, i+1] = s[i+1, i]``.
+    """
+    s = as_float_array("scores", scores, min_ndim=2)
+    n = s.shape[-1]
+    check_axis_size("scores", s, -2, n, "queries, must equal the number of keys")
+    if n < 2:
+        raise ValueError(f"scores must have n >= 2 tokens, received n={n}")
+    w = s if weights is None else as_float_array("weights", weights, min_ndim=2)
+    if w.shape != s.shape:
+        raise ValueError(f"weights must have the shape of scores {s.shape}, received shape {w.shape}")
+    chained = (w.argmax(axis=-1)[..., 1:] == np.arange(n - 1)).all(axis=-1)
+    falling = (np.diff(np.diagonal(s, offset=-1, axis1=-2, axis2=-1), axis=-1) < 0).all(axis=-1)
+    return chained, falling
 
 
 def _normal_cdf(z: np.ndarray) -> np.ndarray:
@@ -240,6 +291,6 @@ def first_layer_queries(params: dict, config, task: Task, x) -> np.ndarray:
     return query_key_vectors(params, config, task, x)[0]
 
 
-__all__ = ["SELF_PENALTY", "qk_scores", "argmax_offset_rate", "diagonal_max_probability", "self_mask",
+__all__ = ["SELF_PENALTY", "qk_scores", "argmax_offset_rate", "neighbour_weights", "predecessor_chains", "diagonal_max_probability", "self_mask",
            "qk_attention_layer", "factorization_rank", "dot_score_no_self", "cyclic_previous_token_task",
            "first_layer_queries"]

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attn_utils.bilinear import neighbour_weights, predecessor_chains
 from attn_utils import (SELF_PENALTY, ModelConfig, argmax_offset_rate, attention_weights, count_macs,
                         cyclic_previous_token_task, diagonal_max_probability, dot_score_no_self, factorization_rank,
                         first_layer_queries, init_mha_params, init_params, previous_token_task, qk_attention_layer,
@@ -98,6 +99,76 @@ def test_argmax_offset_rate_validates():
         argmax_offset_rate(np.zeros((3, 3)), mask=np.ones((3, 3)))
     with pytest.raises(ValueError, match="no allowed key"):
         argmax_offset_rate(np.zeros((3, 3)), mask=np.zeros((3, 3), bool))
+
+
+def test_neighbour_weights_on_a_known_matrix():
+    w = np.arange(16.0).reshape(4, 4)
+    pred, succ = neighbour_weights(w, cyclic=True)
+    np.testing.assert_array_equal(pred, [3, 4, 9, 14])
+    np.testing.assert_array_equal(succ, [1, 6, 11, 12])
+    pred, succ = neighbour_weights(np.stack([w, w.T]))
+    assert pred.shape == succ.shape == (2, 4)
+    np.testing.assert_array_equal(pred[0], [np.nan, 4, 9, 14])
+    np.testing.assert_array_equal(succ[0], [1, 6, 11, np.nan])
+    np.testing.assert_array_equal(pred[1], [np.nan, 1, 6, 11])
+    with pytest.raises(ValueError, match="weights"):
+        neighbour_weights(np.zeros((3, 4)))
+
+
+@PROPS
+@given(n=st.integers(3, 9), d=st.integers(1, 6), seed=st.integers(0, 10_000), masked=st.booleans())
+def test_symmetric_scores_have_a_row_that_does_not_prefer_its_cyclic_predecessor(n, d, seed, masked):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(20, n, d))
+    s = a @ np.swapaxes(a, -1, -2)                                   # symmetric (Gram) scores
+    s = s - 1e5 * np.eye(n) if masked else s
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    for m in (s, e / e.sum(axis=-1, keepdims=True)):                 # raw scores and softmax weights
+        pred, succ = neighbour_weights(m, cyclic=True)
+        assert ((succ >= pred).sum(axis=-1) >= 1).all()
+
+
+def test_a_cyclic_shift_prefers_every_predecessor():
+    shift = np.roll(np.eye(6), -1, axis=1)                           # row i peaks at i − 1 (mod n)
+    pred, succ = neighbour_weights(shift, cyclic=True)
+    assert (succ < pred).all()
+
+
+def test_predecessor_chains_on_the_norm_ladder_and_its_reverse():
+    n = 6
+    ladder = (np.eye(n) + np.eye(n, k=-1)) * 3.0 ** -np.arange(n)[:, None]   # part 3's example
+    s = ladder @ ladder.T
+    chained, falling = predecessor_chains(s)
+    assert chained and falling
+    rising = np.eye(n, k=-1) * np.arange(1, n + 1)[:, None]  # asymmetric: s[i, i−1] = i + 1
+    chained, falling = predecessor_chains(rising)
+    assert chained and not falling
+    masked = s - 1e5 * np.eye(n)                                            # peaks taken from the masked matrix
+    chained, _ = predecessor_chains(s, masked)
+    assert chained
+    batch = np.stack([s, np.eye(n)])
+    chained, falling = predecessor_chains(batch)
+    np.testing.assert_array_equal(chained, [True, False])
+    with pytest.raises(ValueError, match="weights"):
+        predecessor_chains(s, s[:-1, :-1])
+    with pytest.raises(ValueError, match="scores"):
+        predecessor_chains(np.zeros((3, 4)))
+
+
+@PROPS
+@given(n=st.integers(3, 8), seed=st.integers(0, 10_000), masked=st.booleans())
+def test_a_chained_symmetric_score_always_falls(n, seed, masked):
+    rng = np.random.default_rng(seed)
+    # random symmetric scores with a noisy bias towards a falling chain, so that many sequences are chained
+    sub = rng.uniform(0, 4, size=(400, n - 1))[:, ::-1].cumsum(axis=-1)[:, ::-1]  # decreasing along the chain
+    band = np.zeros((400, n, n))
+    band[:, np.arange(1, n), np.arange(n - 1)] = sub
+    s = rng.normal(0, 0.5, size=(400, n, n))
+    s = s + np.swapaxes(s, -1, -2) + band + np.swapaxes(band, -1, -2)
+    w = s - 1e5 * np.eye(n) if masked else s
+    chained, falling = predecessor_chains(s, w)
+    assert chained.sum() >= 5
+    assert (falling[chained]).all()
 
 
 def test_separate_rate_is_one_over_n_and_shared_matches_the_formula():
