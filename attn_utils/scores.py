@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.extend import defvjp, primitive
 
 from .softmax import softmax
 from .training import SCORES, register_score
@@ -108,12 +109,14 @@ class _Ops:
     def div(self, a, b):
         return self._ew(a / b)
 
-    def minimum(self, a, b):
-        return self._ew(anp.minimum(a, b))
-
-    def where_positive(self, x, a, b):
-        """``a`` where ``x > 0`` else ``b`` (comparison and selection: one operation per element)."""
-        return self._ew(anp.where(x > 0, a, b))
+    def elu_plus_one(self, x):
+        """``φ(x) = elu(x) + 1``: ``x + 1`` where ``x > 0``, else ``exp(min(x, 0))``, counted as the
+        operations that formula performs per element: min, add and select (3 elementwise), one exp."""
+        out = _elu_plus_one_prim(x)
+        if self.cost is not None:
+            self._tally(out, "elementwise", 3 * np.size(out))
+            self._tally(out, "transcendental", np.size(out))
+        return out
 
     def rowsum(self, x):
         out = anp.sum(x, axis=-1, keepdims=True)
@@ -126,10 +129,30 @@ class _Ops:
         return self._tr(anp.exp(x))
 
     def tanh(self, x):
-        return self._tr(anp.tanh(x))
+        return self._tr(_tanh(x))
 
     def sqrt(self, x):
         return self._tr(anp.sqrt(x))
+
+
+@primitive
+def _tanh(x):
+    """``tanh`` whose gradient reuses the output, ``1 − tanh²``: autograd's own rule evaluates
+    ``1/cosh²(x)``, a second transcendental pass over the additive score's (…, n_q, n_k, d) array."""
+    return np.tanh(x)
+
+
+defvjp(_tanh, lambda ans, x: lambda g: g * (1 - ans * ans))
+
+
+@primitive
+def _elu_plus_one_prim(x):
+    """``elu(x) + 1`` elementwise. Its derivative is ``min(φ(x), 1)`` (1 where ``x > 0``, ``eˣ = φ(x)``
+    elsewhere), so the gradient is one pass instead of autograd's rules for where, minimum and exp."""
+    return np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
+
+
+defvjp(_elu_plus_one_prim, lambda ans, x: lambda g: g * np.minimum(ans, 1))
 
 
 _EPS = 1e-12  # keeps the norm of a zero vector finite in cosine scores
@@ -155,7 +178,8 @@ def _bilinear_core(ops, q, k, prm):
 
 
 def _additive_core(ops, q, k, prm):
-    hidden = ops.tanh(ops.add(q[..., :, None, :], k[..., None, :, :]))  # (..., n_q, n_k, d): one tanh unit per pair
+    # expand_dims, not q[..., :, None, :]: autograd differentiates indexing with np.add.at, which is slow
+    hidden = ops.tanh(ops.add(anp.expand_dims(q, -2), anp.expand_dims(k, -3)))  # (..., n_q, n_k, d): a tanh unit per pair
     return ops.matmul(hidden, prm["v_col"])[..., 0]
 
 
@@ -177,7 +201,7 @@ def _distance_core(ops, q, k, prm):
 
 
 def _elu_plus_one(ops, x):
-    return ops.where_positive(x, ops.add(x, 1.0), ops.exp(ops.minimum(x, 0.0)))
+    return ops.elu_plus_one(x)
 
 
 def _linear_elu_core(ops, q, k, prm):

@@ -197,6 +197,36 @@ def test_gradient_through_each_score_matches_central_differences(name):
     assert abs(fd / (2 * eps) - ad) <= 1e-6 * max(1.0, abs(ad))
 
 
+def test_tanh_primitive_gradient_equals_autograds_and_keeps_float32():
+    import autograd.numpy as anp
+
+    from attn_utils.scores import _tanh
+
+    x = np.linspace(-4.0, 4.0, 41)
+    w = np.cos(np.arange(41.0))                       # a weighted sum, so every element's derivative counts
+    ours = grad(lambda z: anp.sum(w * _tanh(z)))(x)
+    theirs = grad(lambda z: anp.sum(w * anp.tanh(z)))(x)
+    np.testing.assert_allclose(_tanh(x), np.tanh(x), rtol=0, atol=0)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(ours, w / np.cosh(x) ** 2, rtol=1e-12, atol=1e-15)
+    x32 = x.astype(np.float32)
+    assert grad(lambda z: anp.sum(_tanh(z)))(x32).dtype == np.float32
+
+
+def test_elu_plus_one_primitive_value_and_gradient():
+    import autograd.numpy as anp
+
+    from attn_utils.scores import _elu_plus_one_prim
+
+    x = np.concatenate([np.linspace(-5.0, 5.0, 40), [0.0, -1e-9, 1e-9]])
+    w = np.cos(np.arange(x.size, dtype=float))
+    want = np.where(x > 0, x + 1, np.exp(x))
+    np.testing.assert_allclose(_elu_plus_one_prim(x), want, rtol=1e-15, atol=0)
+    ours = grad(lambda z: anp.sum(w * _elu_plus_one_prim(z)))(x)
+    np.testing.assert_allclose(ours, w * np.where(x > 0, 1.0, np.exp(x)), rtol=1e-15, atol=0)
+    assert _elu_plus_one_prim(x.astype(np.float32)).dtype == np.float32
+
+
 def test_additive_and_scaled_dot_learn_recall():
     task = recall_task(n_pairs=3, n_keys=6, n_values=4)
     for name in ("additive", "scaled_dot"):
