@@ -5,13 +5,17 @@ Used by the chapter "Why √d_k and not another constant?":
 * :func:`scale_exponent_sweep` — for every exponent ``alpha`` and key size ``d_k``, draw random
   queries, keys and values and measure what the softmax sees at initialisation (logit variance,
   normalised entropy, largest probability, size of ``∂o/∂q``), all from the *same* draws;
+* :func:`train_scale_rules` — one-layer attention models trained under several scale rules and
+  learning rates in *one* vectorised loop (every (rule, lr) member × every seed on the seed axis),
+  so a learning-rate sweep costs little more than a single run;
 * :func:`query_key_vectors` — the first layer's queries and keys of a model trained with
-  :func:`attn_utils.train`, to measure how aligned they became;
+  :func:`attn_utils.train` (or :func:`train_scale_rules`), to measure how aligned they became;
 * :func:`running_mean` — a trailing moving average for noisy learning curves.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -156,6 +160,148 @@ def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.nda
     return q, k
 
 
+@dataclass
+class ScaleRuleRuns:
+    """What :func:`train_scale_rules` returns; member ``m`` is ``members[m] = (rule, lr)``.
+
+    loss : (steps, M, S) training loss per step, member and seed (before that step's update).
+    accuracy, eval_loss : (M, S) on the held-out batch ``eval_batch`` (the same for every member).
+    scale : (M, S) the logit multiplier c at the end (constant for fixed rules).
+    params : final parameters, each (M·S, …), member-major; :meth:`params_of` slices one member.
+    config : the shared :class:`attn_utils.ModelConfig` (``scale="learned"``: the multiplier lives
+        in ``L0.log_scale``, frozen for the fixed rules).
+    eval_batch : x (S, eval_size, n) from ``default_rng([seed, 2])``, as :func:`attn_utils.train` draws it.
+    """
+
+    members: tuple
+    seeds: tuple
+    loss: np.ndarray
+    accuracy: np.ndarray
+    eval_loss: np.ndarray
+    scale: np.ndarray
+    params: dict
+    config: object
+    task: object
+    eval_batch: object
+
+    def index(self, rule: str, lr: float) -> int:
+        """Position of member ``(rule, lr)`` in :attr:`members`."""
+        for m, (r, l) in enumerate(self.members):
+            if r == rule and np.isclose(l, lr, rtol=1e-12, atol=0.0):
+                return m
+        raise KeyError(f"no member ({rule!r}, {lr!r}); members are {self.members}")
+
+    def params_of(self, m: int) -> dict:
+        """Parameters of member ``m``, each (S, …), for :func:`query_key_vectors` with :attr:`config`."""
+        S = len(self.seeds)
+        return {k: v[m * S:(m + 1) * S] for k, v in self.params.items()}
+
+
+def train_scale_rules(task, members: Sequence[tuple], seeds: Sequence[int] = range(8), *, d_model: int = 32,
+                      d_k: int, steps: int = 300, batch_size: int = 32, eval_size: int = 512,
+                      learned_scale_init: float = 1.0, dtype: str = "float64") -> ScaleRuleRuns:
+    """Train one-layer, one-head attention models (:func:`attn_utils.train`'s model and Adam) for
+    several (scale rule, learning rate) members at once.
+
+    Each member is the run ``attn_utils.train(ModelConfig(d_model, d_k=d_k, scale=rule), task,
+    seeds, steps, lr, batch_size=batch_size)`` — same initial weights and batches per seed — with
+    the logit multiplier written as ``exp(L0.log_scale)``: frozen at the rule's constant for
+    ``"none" | "quarter" | "sqrt" | "linear"``, learned from ``learned_scale_init`` for ``"learned"``.
+    All M·S models share one forward/backward pass per step (the seed axis of the harness is
+    member-major), which removes the per-call overhead of M separate :func:`attn_utils.train`
+    calls; Adam gets a per-member learning rate. Results agree with the separate calls up to
+    rounding (``tests/test_scaling.py``), which training then amplifies as it does between
+    machines, so only statistics over seeds are comparable.
+
+    members : sequence of (rule, lr) pairs, rule in ``attn_utils.SCALE_RULES``, lr > 0.
+    Returns a :class:`ScaleRuleRuns`.
+    """
+    import autograd.numpy as anp
+    from autograd import value_and_grad
+    from autograd.tracer import getval
+
+    from .threads import single_thread_blas
+    from .training import SCALE_RULES, ModelConfig, _check_seeds, _forward_core, _per_seed_ce, _stacked_batches, \
+        evaluate, init_params  # local import: training imports nothing from here
+    from .tasks import TaskBatch
+    from .validation import positive_scalar
+
+    seeds = _check_seeds(seeds)
+    steps, batch_size, eval_size = (positive_int(n, v) for n, v in
+                                    (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size)))
+    members = tuple(members)
+    if not members:
+        raise ValueError("members must hold at least one (rule, lr) pair")
+    checked = []
+    for member in members:
+        if not (isinstance(member, (tuple, list)) and len(member) == 2):
+            raise TypeError(f"each member must be a (rule, lr) pair, received {member!r}")
+        rule, lr = member
+        if rule not in SCALE_RULES:
+            raise ValueError(f"rule must be one of {SCALE_RULES}, received {rule!r}")
+        checked.append((rule, positive_scalar("lr", lr)))
+    members = tuple(checked)
+    if len(set(members)) != len(members):
+        raise ValueError(f"members must be distinct, received {members}")
+    learned_scale_init = positive_scalar("learned_scale_init", learned_scale_init)
+    config = ModelConfig(d_model=d_model, d_k=d_k, scale="learned", learned_scale_init=learned_scale_init, dtype=dtype)
+    M, S = len(members), len(seeds)
+    fixed = {rule: ModelConfig(d_model=d_model, d_k=d_k, scale=rule).fixed_scale() for rule in SCALE_RULES
+             if rule != "learned"}
+    log_c = np.array([np.log(learned_scale_init if rule == "learned" else fixed[rule]) for rule, _ in members])
+    learns = np.repeat([rule == "learned" for rule, _ in members], S)                  # (M·S,)
+    base = init_params(config, task, seeds)                                            # (S, …) per entry
+    params = {k: np.concatenate([v] * M) for k, v in base.items()}                     # member-major (M·S, …)
+    params["L0.log_scale"] = np.repeat(log_c, S)[:, None].astype(dtype)                # (M·S, 1 head)
+    lr = np.repeat([lr for _, lr in members], S).astype(dtype)                         # (M·S,)
+
+    data = _stacked_batches(task, seeds, 1, steps * batch_size)
+    xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)                      # (steps, S, B, n)
+    ys = data.y.reshape((S, steps, batch_size) + data.y.shape[2:]).swapaxes(0, 1)
+    head_on = config.head_mask_array()
+    log: dict = {}
+
+    def objective(p, x, y):
+        logits = _forward_core(p, config, task.per_position, x, head_on, None)[0]
+        per_seed = _per_seed_ce(logits, y)
+        log["loss"] = getval(per_seed)
+        return anp.sum(per_seed)                    # seeds and members do not interact: one gradient call
+
+    vg = value_and_grad(objective)
+    beta1, beta2, eps = 0.9, 0.999, 1e-8                                               # as attn_utils.train's Adam
+    mom = {k: np.zeros_like(v) for k, v in params.items()}
+    sec = {k: np.zeros_like(v) for k, v in params.items()}
+    losses = np.empty((steps, M * S))
+    lr_b = {k: lr.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()}     # per-member lr, broadcastable
+    frozen = ~learns[:, None]
+    xs_all, ys_all = np.concatenate([xs] * M, axis=1), np.concatenate([ys] * M, axis=1)   # (steps, M·S, B, …)
+    with single_thread_blas():
+        for t in range(1, steps + 1):
+            _, grads = vg(params, xs_all[t - 1], ys_all[t - 1])
+            losses[t - 1] = log["loss"]
+            grads["L0.log_scale"][frozen] = 0.0                                        # fixed rules: frozen
+            c1, c2 = 1 - beta1 ** t, 1 - beta2 ** t
+            for k in params:
+                # the harness's Adam, operation for operation, written in place (fewer temporaries)
+                g, m, v = grads[k], mom[k], sec[k]
+                m *= beta1
+                m += (1 - beta1) * g
+                v *= beta2
+                v += (1 - beta2) * np.square(g)
+                upd = lr_b[k] * (m / c1)
+                denom = np.sqrt(v / c2)
+                denom += eps
+                upd /= denom
+                params[k] = params[k] - upd
+        held_out = _stacked_batches(task, seeds, 2, eval_size)
+        tiled = TaskBatch(np.concatenate([held_out.x] * M), np.concatenate([held_out.y] * M),
+                          {k: np.concatenate([v] * M) for k, v in held_out.info.items()})
+        ev = evaluate(params, config, task, tiled)
+    return ScaleRuleRuns(members, seeds, losses.reshape(steps, M, S), ev["accuracy"].reshape(M, S),
+                         ev["loss"].reshape(M, S), np.exp(params["L0.log_scale"][:, 0]).reshape(M, S),
+                         params, config, task, held_out)
+
+
 def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
     """Trailing moving average along ``axis``: entry ``t`` is the mean of ``x[max(0, t−window+1) … t]``.
 
@@ -172,4 +318,5 @@ def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
     return np.moveaxis(out / counts, 0, axis)
 
 
-__all__ = ["ScaleSweep", "scale_exponent_sweep", "query_key_vectors", "running_mean"]
+__all__ = ["ScaleSweep", "scale_exponent_sweep", "ScaleRuleRuns", "train_scale_rules", "query_key_vectors",
+           "running_mean"]

@@ -6,7 +6,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import attn_utils as au
-from attn_utils.scaling import ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep
+from attn_utils.scaling import (ScaleRuleRuns, ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep,
+                                train_scale_rules)
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
@@ -145,6 +146,85 @@ def test_query_key_vectors_rejects_bad_input():
     with pytest.raises(ValueError, match="encoder"):
         query_key_vectors(params, au.ModelConfig(d_model=8, encoder="mean_pool"), task,
                           np.zeros((2, task.seq_len), dtype=np.int64))
+
+
+# ---------------------------------------------------------------- train_scale_rules
+
+MEMBERS = (("sqrt", 1e-2), ("linear", 3e-3), ("learned", 2e-2), ("none", 1e-2))
+
+
+@pytest.fixture(scope="module")
+def small_grid():
+    task = au.recall_task()
+    return task, train_scale_rules(task, MEMBERS, (0, 3), d_k=16, steps=12, batch_size=8, eval_size=32)
+
+
+def test_grid_members_equal_separate_train_calls(small_grid):
+    # same model, initial weights, batches and Adam as attn_utils.train, member by member
+    task, grid = small_grid
+    assert isinstance(grid, ScaleRuleRuns)
+    assert grid.loss.shape == (12, 4, 2) and grid.accuracy.shape == grid.eval_loss.shape == grid.scale.shape == (4, 2)
+    for m, (rule, lr) in enumerate(MEMBERS):
+        extra = {"learned_scale_init": 1.0} if rule == "learned" else {}
+        ref = au.train(au.ModelConfig(d_model=32, d_k=16, scale=rule, **extra), task, seeds=(0, 3), steps=12, lr=lr,
+                       batch_size=8, eval_size=32)
+        np.testing.assert_allclose(grid.loss[:, m], ref.loss, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(grid.eval_loss[m], ref.eval_loss, rtol=1e-9)
+        mine = grid.params_of(m)
+        for key in ref.params:
+            np.testing.assert_allclose(mine[key], ref.params[key], rtol=1e-8, atol=1e-12, err_msg=key)
+        np.testing.assert_array_equal(grid.eval_batch.x, ref.eval_batch.x)
+        assert grid.index(rule, lr) == m
+
+
+def test_grid_fixed_rules_keep_their_scale_and_learned_moves(small_grid):
+    _, grid = small_grid
+    np.testing.assert_allclose(grid.scale[grid.index("sqrt", 1e-2)], 16 ** -0.5, rtol=1e-14)
+    np.testing.assert_allclose(grid.scale[grid.index("linear", 3e-3)], 1 / 16, rtol=1e-14)
+    np.testing.assert_allclose(grid.scale[grid.index("none", 1e-2)], 1.0, rtol=1e-14)
+    learned = grid.scale[grid.index("learned", 2e-2)]
+    assert np.all(learned != 1.0) and np.all(np.isfinite(learned))
+
+
+def test_grid_params_feed_query_key_vectors(small_grid):
+    task, grid = small_grid
+    q, k = query_key_vectors(grid.params_of(1), grid.config, task, grid.eval_batch.x)
+    assert q.shape == (2, 32, 1, task.seq_len, 16)
+
+
+def test_grid_float32_keeps_its_dtype():
+    grid = train_scale_rules(au.recall_task(), [("linear", 1e-2), ("learned", 1e-2)], (0,), d_k=8, steps=3,
+                             batch_size=4, eval_size=8, dtype="float32")
+    assert all(v.dtype == np.float32 for v in grid.params.values())
+    assert grid.scale[0, 0] == pytest.approx(1 / 8, rel=1e-6) and grid.scale[1, 0] != 1.0
+
+
+def test_grid_seeds_are_independent_of_members():
+    task = au.recall_task()
+    one = train_scale_rules(task, [("sqrt", 1e-2)], (5,), d_k=8, steps=6, batch_size=4, eval_size=8)
+    two = train_scale_rules(task, [("none", 3e-2), ("sqrt", 1e-2)], (2, 5), d_k=8, steps=6, batch_size=4, eval_size=8)
+    np.testing.assert_allclose(two.loss[:, 1, 1], one.loss[:, 0, 0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("members, kwargs, exc, match", [
+    ([], {}, ValueError, "members"),
+    ([("sqrt",)], {}, TypeError, "pair"),
+    ([("cube", 1e-2)], {}, ValueError, "rule"),
+    ([("sqrt", -1.0)], {}, ValueError, "lr"),
+    ([("sqrt", 1e-2), ("sqrt", 1e-2)], {}, ValueError, "distinct"),
+    ([("sqrt", 1e-2)], {"steps": 0}, ValueError, "steps"),
+    ([("sqrt", 1e-2)], {"seeds": (1, 1)}, ValueError, "distinct"),
+])
+def test_grid_rejects_bad_arguments(members, kwargs, exc, match):
+    args = {"seeds": (0,), "d_k": 4, "steps": 2, "batch_size": 2, "eval_size": 2}
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        train_scale_rules(au.recall_task(), members, **args)
+
+
+def test_grid_index_unknown_member(small_grid):
+    with pytest.raises(KeyError, match="no member"):
+        small_grid[1].index("sqrt", 3e-2)
 
 
 # ---------------------------------------------------------------- running_mean
