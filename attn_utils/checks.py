@@ -3,7 +3,7 @@
 Every check in the book goes through :func:`check`, :func:`check_bound`,
 :func:`check_allclose`, :func:`check_seeds` or :func:`check_count`, so a reader sees
 the same line everywhere: what was measured, what theory says, the tolerance, and
-✓ or ✗.
+✓ (or a cross when the check fails).
 
 Portable output
 ---------------
