@@ -14,7 +14,9 @@ What is here
 * The keyword toy of :func:`attn_utils.tasks.keyword_task` with word labels
   (:func:`keyword_vocabulary`, :func:`words_to_ids`, :func:`ids_to_words`), the attention mass of
   the read-out position on the keyword (:func:`keyword_attention_mass`), and the same trained
-  model with its attention made uniform (:func:`with_uniform_attention`).
+  model with its attention made uniform at test time (:func:`with_uniform_attention`).
+* Is a run still learning? :func:`relative_loss_drop` measures how much a training loss
+  still falls over the second half of a run, per seed.
 
 Token sequences are integer arrays ``s : (batch, m)`` with entries in ``[0, vocab)``.
 """
@@ -249,9 +251,11 @@ def with_uniform_attention(params: dict, config) -> dict:
     """A copy of trained ``params`` whose every attention row is uniform: ``W_Q = 0``.
 
     With zero queries all dot-product logits are 0, so softmax gives weight ``1/n`` to every
-    key; values, output projection and read-out are untouched. This is the uniform-weights
-    baseline used to test whether a model *needs* its attention. Needs ``score="dot"`` and
-    softmax weights (true for the default :class:`~attn_utils.training.ModelConfig`).
+    key; values, output projection and read-out are untouched. This is a test-time ablation:
+    it asks whether *this trained model* relies on its attention, not whether the task needs
+    attention. (Wiegreffe & Pinter's uniform baseline is different: they *train* a model with
+    its attention frozen uniform.) Needs ``score="dot"`` and softmax weights (true for the
+    default :class:`~attn_utils.training.ModelConfig`).
     """
     from .training import SCORES, ModelConfig
 
@@ -272,7 +276,31 @@ def with_uniform_attention(params: dict, config) -> dict:
     return out
 
 
+# --------------------------------------------------------------------------- convergence
+def relative_loss_drop(loss, window: int) -> np.ndarray:
+    """How much a training loss still falls over the second half of a run, per seed.
+
+    loss : ``(steps, S)`` per-step training loss (``TrainResult.loss``); window : how many steps
+    to average at each end (smooths the noise of fresh mini-batches), ``≤ steps // 2``.
+    Returns ``(S,)``: ``1 − mean(last window) / mean(window ending at the midpoint)``. About 0
+    for a converged run (a flat loss), 0.5 when the loss halved over the second half; negative
+    when it rose.
+    """
+    arr = np.asarray(loss, dtype=float)
+    if arr.ndim != 2:
+        raise ValueError(f"loss must have shape (steps, S), received shape {arr.shape}")
+    window = positive_int("window", window)
+    half = arr.shape[0] // 2
+    if window > half:
+        raise ValueError(f"window must be <= steps // 2 = {half}, received {window}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("loss must be finite (a diverged run has no meaningful trend)")
+    mid = arr[half - window:half].mean(axis=0)
+    end = arr[-window:].mean(axis=0)
+    return 1.0 - end / mid
+
+
 __all__ = ["KEYWORD_FILLERS", "KEYWORD_POSITIVE", "KEYWORD_NEGATIVE", "CLS_WORD", "tokens_per_coordinate",
            "pack_tokens", "unpack_tokens", "fano_bits", "bag_accuracy_bound", "superposition_copy_accuracy",
            "keyword_vocabulary", "words_to_ids", "ids_to_words", "keyword_attention_mass",
-           "with_uniform_attention"]
+           "with_uniform_attention", "relative_loss_drop"]

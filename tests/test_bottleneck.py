@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 import attn_utils as au
 from attn_utils.bottleneck import (bag_accuracy_bound, fano_bits, ids_to_words, keyword_attention_mass,
                                    keyword_vocabulary, pack_tokens, superposition_copy_accuracy,
-                                   tokens_per_coordinate, unpack_tokens, with_uniform_attention, words_to_ids)
+                                   relative_loss_drop, tokens_per_coordinate, unpack_tokens, with_uniform_attention,
+                                   words_to_ids)
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
@@ -155,3 +156,30 @@ def test_uniform_attention_gives_uniform_rows_and_keeps_other_params():
     assert all(np.array_equal(flat[k], params[k]) for k in params if not k.endswith("W_q"))
     with pytest.raises(ValueError, match="encoder must be 'attention'"):
         with_uniform_attention(params, au.ModelConfig(d_model=8, encoder="mean_pool"))
+
+
+# ---------------------------------------------------------------- convergence
+
+def test_relative_loss_drop_flat_halving_and_rising():
+    steps = np.arange(100)
+    flat = np.full(100, 0.7)
+    halving = np.where(steps < 50, 1.0, 0.5)        # second half at half the level of the first
+    rising = np.where(steps < 50, 1.0, 1.25)
+    out = relative_loss_drop(np.stack([flat, halving, rising], axis=1), window=10)
+    np.testing.assert_allclose(out, [0.0, 0.5, -0.25])
+
+
+def test_relative_loss_drop_uses_the_ends_of_each_half():
+    loss = np.ones((40, 1))
+    loss[:10] = 100.0                               # an early transient outside both windows is ignored
+    loss[-5:] = 0.5
+    assert relative_loss_drop(loss, window=5)[0] == pytest.approx(0.5)
+
+
+def test_relative_loss_drop_validates():
+    with pytest.raises(ValueError, match=r"shape \(steps, S\)"):
+        relative_loss_drop(np.ones(10), 2)
+    with pytest.raises(ValueError, match="window must be <= steps // 2 = 5"):
+        relative_loss_drop(np.ones((10, 2)), 6)
+    with pytest.raises(ValueError, match="finite"):
+        relative_loss_drop(np.array([[1.0], [np.nan], [1.0], [1.0]]), 1)
