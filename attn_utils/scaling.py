@@ -170,7 +170,8 @@ class ScaleRuleRuns:
     params : final parameters, each (M·S, …), member-major; :meth:`params_of` slices one member.
     config : the shared :class:`attn_utils.ModelConfig` (``scale="learned"``: the multiplier lives
         in ``L0.log_scale``, frozen for the fixed rules).
-    eval_batch : x (S, eval_size, n) from ``default_rng([seed, 2])``, as :func:`attn_utils.train` draws it.
+    eval_batch : the held-out :class:`attn_utils.TaskBatch` (x is (S, eval_size, n)), drawn from
+        ``default_rng([seed, 2])`` as :func:`attn_utils.train` draws it.
     """
 
     members: tuple

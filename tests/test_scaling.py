@@ -192,6 +192,19 @@ def test_grid_params_feed_query_key_vectors(small_grid):
     assert q.shape == (2, 32, 1, task.seq_len, 16)
 
 
+def test_grid_learned_scale_init_matches_train():
+    # the chapter starts the learned temperature at c = 1 (unscaled); any init must match attn_utils.train
+    task = au.recall_task()
+    grid = train_scale_rules(task, [("learned", 2e-2), ("sqrt", 2e-2)], (1, 4), d_k=8, steps=8, batch_size=8,
+                             eval_size=16, learned_scale_init=0.5)
+    ref = au.train(au.ModelConfig(d_model=32, d_k=8, scale="learned", learned_scale_init=0.5), task, seeds=(1, 4),
+                   steps=8, lr=2e-2, batch_size=8, eval_size=16)
+    np.testing.assert_allclose(grid.loss[:, 0], ref.loss, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(grid.scale[0], np.exp(ref.params["L0.log_scale"][:, 0]), rtol=1e-9)
+    np.testing.assert_allclose(grid.accuracy[0], ref.accuracy, rtol=0, atol=0)
+    np.testing.assert_allclose(grid.scale[1], 8 ** -0.5, rtol=1e-14)      # the fixed member ignores the init
+
+
 def test_grid_float32_keeps_its_dtype():
     grid = train_scale_rules(au.recall_task(), [("linear", 1e-2), ("learned", 1e-2)], (0,), d_k=8, steps=3,
                              batch_size=4, eval_size=8, dtype="float32")
