@@ -11,7 +11,10 @@
   closest pattern a head of size ``d_k`` can make.
 * :func:`head_contributions` — the ``h`` terms ``head_i W_O^i`` whose *sum* is multi-head attention.
 * :func:`greedy_head_pruning` — remove heads of a trained :mod:`attn_utils.training` model one at a
-  time (always the one whose removal costs least accuracy), vectorised over seeds and candidates.
+  time (always the one whose removal costs least accuracy on a selection batch), vectorised over
+  seeds and candidates, and report the path's accuracy on a separate evaluation batch.
+* :func:`hard_pattern_factors` — size-2 queries and keys that put weight ``≥ w`` on any chosen key
+  per query: the rank bound is about exact soft patterns, not about sharp "look here" patterns.
 """
 from __future__ import annotations
 
@@ -22,8 +25,8 @@ import numpy as np
 from .attention import scaled_dot_product_attention
 from .multihead import split_heads
 from .softmax import softmax
-from .tasks import Task, TaskBatch
-from .training import ModelConfig, evaluate
+from .tasks import IGNORE, Task, TaskBatch
+from .training import ModelConfig, evaluate, forward
 from .validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
 
@@ -211,14 +214,17 @@ def head_contributions(x_q, x_kv, params: dict, h: int, mask=None, scale: float 
 class PruningCurve:
     """Result of :func:`greedy_head_pruning` for ``S`` seeds and ``m = n_layers·n_heads`` heads.
 
-    accuracy : (S, m + 1) accuracy after removing ``0, 1, …, m`` heads;
+    accuracy : (S, m + 1) accuracy after removing ``0, 1, …, m`` heads, measured on the
+        evaluation batch (the selection batch when no separate one was given);
     order : (S, m) flat index ``layer·n_heads + head`` of the head removed at each step;
-    alone : (S, m) accuracy with only that one head removed (the first greedy step's scores).
+    alone : (S, m) selection-batch accuracy with only that one head removed (the first greedy step's scores);
+    selection : (S, m + 1) the selection-batch accuracy along the same path (what chose the order).
     """
 
     accuracy: np.ndarray
     order: np.ndarray
     alone: np.ndarray
+    selection: np.ndarray | None = None
 
     def removable(self, tol: float) -> np.ndarray:
         """(S,) the largest ``k`` such that removing the first ``j ≤ k`` heads never costs more than ``tol`` accuracy."""
@@ -226,45 +232,133 @@ class PruningCurve:
         return np.cumprod(ok, axis=1).sum(axis=1) - 1
 
 
-def greedy_head_pruning(params: dict, config: ModelConfig, task: Task, batch: TaskBatch) -> PruningCurve:
-    """Remove heads one at a time, each time the one whose removal leaves the highest accuracy.
+def _scored_onehot_stats(logits: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy and mean cross-entropy over scored targets; logits (..., B, n, C), y (B, n) → two (...) arrays."""
+    scored = y != IGNORE
+    count = max(int(scored.sum()), 1)
+    safe_y = np.where(scored, y, 0)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    idx = np.broadcast_to(safe_y[..., None], shifted.shape[:-1] + (1,))
+    logp_y = np.take_along_axis(shifted, idx, axis=-1)[..., 0] - np.log(np.exp(shifted).sum(axis=-1))
+    hit = (logits.argmax(axis=-1) == safe_y) & scored
+    axes = (-2, -1)
+    return hit.sum(axis=axes) / count, -(logp_y * scored).sum(axis=axes) / count
 
-    params : trained parameters with a leading seed axis S (``TrainResult.params``); batch : a
-    :class:`~attn_utils.tasks.TaskBatch` with ``x (batch, n)`` shared by the seeds. Each step
-    evaluates every remaining candidate for every seed in one call (parameters repeated along the
-    seed axis, one head mask per copy); ties in accuracy go to the lower loss.
+
+def _per_head_logits(params: dict, config: ModelConfig, task: Task, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One-layer model: logits with every head off (S, B, n, C) and each head's additive part (S, H, B, n, C).
+
+    With one residual attention layer and a linear read-out, the logits are affine in the head mask:
+    ``logits(m) = L(0) + Σ_i m_i (L(e_i) − L(0))``; ``H + 1`` forward passes give every mask's logits.
+    """
+    H = config.n_heads
+    base = forward(params, config, task, x, head_mask=np.zeros(H))
+    parts = np.stack([forward(params, config, task, x, head_mask=np.eye(H)[i]) - base for i in range(H)], axis=1)
+    return base, parts
+
+
+def greedy_head_pruning(params: dict, config: ModelConfig, task: Task, batch: TaskBatch,
+                        eval_batch: TaskBatch | None = None) -> PruningCurve:
+    """Remove heads one at a time, each time the one whose removal leaves the highest accuracy on ``batch``.
+
+    params : trained parameters with a leading seed axis S (``TrainResult.params``); batch : the
+    *selection* :class:`~attn_utils.tasks.TaskBatch`, ``x (batch, n)`` shared by the seeds, on which
+    every remaining candidate is scored (ties in accuracy go to the lower loss); eval_batch : an
+    independent batch on which the accuracy along the chosen path is reported (``curve.accuracy``),
+    so that the curve is not measured on the data that chose it. Without it ``accuracy`` is the
+    selection accuracy.
+
+    One-layer attention models with a per-position read-out use the exact affine dependence of
+    the logits on the head mask (:func:`_per_head_logits`, ``H + 1`` forward passes in all);
+    other models evaluate every remaining candidate of every seed in one call per step.
     """
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")
-    if not isinstance(batch, TaskBatch):
-        raise TypeError(f"batch must be a TaskBatch, received {type(batch).__name__}")
-    if np.ndim(batch.x) != 2:
-        raise ValueError(f"batch.x must be (batch, n), shared by all seeds; received shape {np.shape(batch.x)}")
+    for name, b in (("batch", batch), ("eval_batch", eval_batch)):
+        if b is None and name == "eval_batch":
+            continue
+        if not isinstance(b, TaskBatch):
+            raise TypeError(f"{name} must be a TaskBatch, received {type(b).__name__}")
+        if np.ndim(b.x) != 2:
+            raise ValueError(f"{name}.x must be (batch, n), shared by all seeds; received shape {np.shape(b.x)}")
     S = params["E"].shape[0]
     L, H = config.n_layers, config.n_heads
     m = L * H
     keep = np.ones((S, m))
-    acc = np.empty((S, m + 1))
+    sel = np.empty((S, m + 1))
     order = np.empty((S, m), dtype=int)
-    acc[:, 0] = evaluate(params, config, task, batch, head_mask=keep.reshape(S, L, H))["accuracy"]
-    tiled = {key: np.repeat(val, m, axis=0) for key, val in params.items()}    # copy c of seed s at s·m + c
     rows = np.arange(S)
+    affine = L == 1 and config.encoder == "attention" and task.per_position
+    if affine:
+        base, parts = _per_head_logits(params, config, task, batch.x)           # (S, B, n, C), (S, H, B, n, C)
+        y = np.asarray(batch.y)
+
+        def score(masks):                                                      # masks (S, c, H) → (S, c) twice
+            logits = base[:, None] + np.einsum("sch,shbnk->scbnk", masks, parts, optimize=True)
+            return _scored_onehot_stats(logits, y)
+    else:
+        tiled = {key: np.repeat(val, m, axis=0) for key, val in params.items()}  # copy c of seed s at s·m + c
+
+        def score(masks):
+            c = masks.shape[1]
+            full = np.concatenate([masks, np.ones((S, m - c, m))], axis=1) if c < m else masks
+            res = evaluate(tiled, config, task, batch, head_mask=full.reshape(S * m, L, H))
+            return res["accuracy"].reshape(S, m)[:, :c], res["loss"].reshape(S, m)[:, :c]
+
+    sel[:, 0] = score(keep[:, None, :])[0][:, 0]
     alone = None
     for step in range(m):
-        cand = np.repeat(keep[:, None, :], m, axis=1)                         # (S, m candidates, m heads)
-        cand[:, np.arange(m), np.arange(m)] = 0.0
-        res = evaluate(tiled, config, task, batch, head_mask=cand.reshape(S * m, L, H))
-        a, l = res["accuracy"].reshape(S, m), res["loss"].reshape(S, m)
+        r = m - step
+        remaining = np.nonzero(keep)[1].reshape(S, r)                          # per seed, increasing
+        cand = np.repeat(keep[:, None, :], r, axis=1)                          # (S, r candidates, m heads)
+        cand[rows[:, None], np.arange(r)[None, :], remaining] = 0.0
+        a, l = score(cand)
         if alone is None:
-            alone = a.copy()
-        a_ok = np.where(keep > 0, a, -np.inf)                                  # a removed head cannot go twice
-        l_ok = np.where(keep > 0, l, np.inf)
-        pick = np.lexsort((l_ok, -a_ok), axis=-1)[:, 0]
-        order[:, step] = pick
-        acc[:, step + 1] = a[rows, pick]
-        keep[rows, pick] = 0.0
-    return PruningCurve(acc, order, alone)
+            alone = a.copy()                                                   # step 0: r = m, remaining = 0..m−1
+        pick = np.lexsort((l, -a), axis=-1)[:, 0]
+        order[:, step] = remaining[rows, pick]
+        sel[:, step + 1] = a[rows, pick]
+        keep[rows, order[:, step]] = 0.0
+    if eval_batch is None:
+        return PruningCurve(sel, order, alone, sel)
+    path = np.ones((S, m + 1, m))
+    for step in range(m):
+        path[rows, step + 1:, order[:, step]] = 0.0
+    acc = np.stack([evaluate(params, config, task, eval_batch, head_mask=path[:, k].reshape(S, L, H))["accuracy"]
+                    for k in range(m + 1)], axis=1)
+    return PruningCurve(acc, order, alone, sel)
+
+
+# ---------------------------------------------------------------- sharp patterns with two dimensions
+
+def hard_pattern_factors(targets, n_k: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """Queries ``q (n_q, 2)`` and keys ``k (n_k, 2)`` with ``softmax(q kᵀ)[i, targets[i]] ≥ weight`` for every row.
+
+    Any *hard* pattern (query ``i`` looks at key ``targets[i]``) is reachable to any sharpness with
+    ``d_k = 2``: keys on the unit circle at angles ``2πj/n_k`` and ``q_i = c·k_{targets[i]}``. The
+    target logit is ``c``, every other logit at most ``c·cos(2π/n_k)``, so the target weight is at least
+    ``1/(1 + (n_k − 1)·exp(−c·δ))`` with ``δ = 1 − cos(2π/n_k)``; ``c = log((n_k − 1)·w/(1 − w))/δ``
+    makes that bound equal to ``weight``. The logits are unscaled: compare ``softmax(q @ k.T)``.
+    """
+    n_k = positive_int("n_k", n_k)
+    if n_k < 2:
+        raise ValueError(f"n_k must be at least 2, received {n_k}")
+    targets = np.asarray(targets)
+    if targets.ndim != 1 or not np.issubdtype(targets.dtype, np.integer):
+        raise TypeError(f"targets must be a 1-d integer array (one key per query), received dtype {targets.dtype}, "
+                        f"shape {targets.shape}")
+    if targets.size and (targets.min() < 0 or targets.max() >= n_k):
+        raise ValueError(f"targets must lie in [0, {n_k}), received range [{targets.min()}, {targets.max()}]")
+    weight = float(weight)
+    if not 0 < weight < 1:
+        raise ValueError(f"weight must lie strictly between 0 and 1, received {weight}")
+    angle = 2 * np.pi * np.arange(n_k) / n_k
+    k = np.stack([np.cos(angle), np.sin(angle)], axis=1)
+    delta = 1.0 - np.cos(2 * np.pi / n_k)
+    c = max(np.log((n_k - 1) * weight / (1 - weight)), 0.0) / delta
+    return c * k[targets], k
 
 
 __all__ = ["mha_macs", "log_ratio_matrix", "min_head_dim", "logit_factors", "PatternFit",
-           "fit_attention_pattern", "head_contributions", "PruningCurve", "greedy_head_pruning"]
+           "fit_attention_pattern", "head_contributions", "PruningCurve", "greedy_head_pruning",
+           "hard_pattern_factors"]

@@ -5,6 +5,7 @@ from autograd import grad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attn_utils.heads import hard_pattern_factors
 from attn_utils import (ModelConfig, count_macs, fit_attention_pattern, greedy_head_pruning, head_contributions,
                         init_mha_params, init_params, log_ratio_matrix, logit_factors, loss, mha_macs,
                         mha_param_count, min_head_dim, multi_head_attention, self_attention_layer, softmax,
@@ -146,27 +147,55 @@ def test_head_contributions_validation():
 
 # ---------------------------------------------------------------- pruning
 
-def test_greedy_head_pruning_matches_direct_evaluation():
+def _replay(res, curve, batch, s, m):
+    """Accuracies of seed s along curve.order, by explicit head masks on batch."""
+    keep = np.ones(m)
+    out = [res.evaluate(batch, head_mask=keep.reshape(res.config.n_layers, -1))["accuracy"][s]]
+    for head in curve.order[s]:
+        keep[head] = 0
+        out.append(res.evaluate(batch, head_mask=keep.reshape(res.config.n_layers, -1))["accuracy"][s])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_greedy_head_pruning_matches_direct_evaluation(n_layers):
+    """Both code paths (affine in the mask for one layer, tiled candidates otherwise) replay exactly."""
     task = two_relation_task(n=6, vocab=4)
-    cfg = ModelConfig(d_model=8, n_heads=4)
+    cfg = ModelConfig(d_model=8, n_heads=4 // n_layers, n_layers=n_layers)
+    m = 4
     res = train(cfg, task, seeds=(0, 1), steps=20, log_stats=False, eval_size=16)
     batch = task.sample(np.random.default_rng(5), 32)
     curve = greedy_head_pruning(res.params, cfg, task, batch)
-    assert curve.accuracy.shape == (2, 5) and curve.order.shape == (2, 4)
+    assert curve.accuracy.shape == (2, m + 1) and curve.order.shape == (2, m)
+    np.testing.assert_array_equal(curve.selection, curve.accuracy)   # no eval batch: one and the same
     for s in range(2):
-        assert sorted(curve.order[s]) == [0, 1, 2, 3]          # every head removed exactly once
+        assert sorted(curve.order[s]) == list(range(m))                # every head removed exactly once
+        np.testing.assert_allclose(curve.accuracy[s], _replay(res, curve, batch, s, m))
     np.testing.assert_allclose(curve.accuracy[:, 0], res.evaluate(batch)["accuracy"])
-    for s in range(2):                                         # replay seed s's order with explicit masks
-        keep = np.ones(4)
-        for step, head in enumerate(curve.order[s]):
+    for s in range(2):                                                 # the first step's scores: one head removed
+        for head in range(m):
+            keep = np.ones(m)
             keep[head] = 0
-            acc = res.evaluate(batch, head_mask=keep)["accuracy"][s]
-            assert acc == pytest.approx(curve.accuracy[s, step + 1])
-            if step == 0:
-                assert acc == pytest.approx(curve.alone[s, head])
+            acc = res.evaluate(batch, head_mask=keep.reshape(n_layers, -1))["accuracy"][s]
+            assert acc == pytest.approx(curve.alone[s, head])
     # greedy: the first removal is the best single removal
     np.testing.assert_allclose(curve.accuracy[:, 1], curve.alone.max(axis=1))
-    assert (curve.removable(1.0) == 4).all()
+    assert (curve.removable(1.0) == m).all()
+
+
+def test_greedy_head_pruning_reports_on_a_separate_batch():
+    task = two_relation_task(n=6, vocab=4)
+    cfg = ModelConfig(d_model=8, n_heads=4)
+    res = train(cfg, task, seeds=(0, 1, 2), steps=30, log_stats=False, eval_size=16)
+    sel, ev = task.sample(np.random.default_rng(5), 16), task.sample(np.random.default_rng(6), 64)
+    curve = greedy_head_pruning(res.params, cfg, task, sel, eval_batch=ev)
+    alone = greedy_head_pruning(res.params, cfg, task, sel)
+    np.testing.assert_array_equal(curve.order, alone.order)           # the order depends on the selection batch only
+    np.testing.assert_allclose(curve.selection, alone.accuracy)
+    for s in range(3):
+        np.testing.assert_allclose(curve.accuracy[s], _replay(res, curve, ev, s, 4))
+        np.testing.assert_allclose(curve.selection[s], _replay(res, curve, sel, s, 4))
+    assert not np.allclose(curve.accuracy, curve.selection)            # two different batches, two curves
 
 
 def test_greedy_head_pruning_validation():
@@ -178,6 +207,10 @@ def test_greedy_head_pruning_validation():
         greedy_head_pruning(params, cfg, task, batch.x)
     with pytest.raises(TypeError, match="ModelConfig"):
         greedy_head_pruning(params, "cfg", task, batch)
+    with pytest.raises(TypeError, match="eval_batch"):
+        greedy_head_pruning(params, cfg, task, batch, eval_batch=batch.x)
+    with pytest.raises(ValueError, match="eval_batch.x"):
+        greedy_head_pruning(params, cfg, task, batch, eval_batch=type(batch)(batch.x[None], batch.y[None]))
 
 
 def test_identical_heads_get_identical_gradients():
@@ -193,3 +226,42 @@ def test_identical_heads_get_identical_gradients():
     for name in ("L0.W_q", "L0.W_k", "L0.W_v"):
         np.testing.assert_allclose(g[name][:, :, 0], g[name][:, :, 1], atol=1e-12)
     np.testing.assert_allclose(g["L0.W_o"][:, 0], g["L0.W_o"][:, 1], atol=1e-12)
+
+
+# ---------------------------------------------------------------- sharp patterns with d_k = 2
+
+@PROPS
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 60), w=st.sampled_from([0.5, 0.9, 0.99, 0.999999]))
+def test_hard_pattern_factors_reach_any_sharp_pattern(seed, n, w):
+    """Property: any map query → key gets weight ≥ w on its key with d_k = 2, and the bound is tight."""
+    rng = np.random.default_rng(seed)
+    targets = rng.integers(0, n, size=rng.integers(1, 2 * n))
+    q, k = hard_pattern_factors(targets, n, w)
+    assert q.shape == (targets.size, 2) and k.shape == (n, 2)
+    p = softmax(q @ k.T)
+    on_target = p[np.arange(targets.size), targets]
+    assert (on_target >= w - 1e-9).all()
+    if n > 2 and w > 1 / n:   # the two nearest neighbours alone hold 2ε, ε = (1 − w)/(w(n − 1)): little slack
+        eps = (1 - w) / (w * (n - 1))
+        assert on_target.max() <= 1 / (1 + 2 * eps) + 1e-9
+
+
+def test_hard_pattern_factors_identity_beats_the_rank_bound():
+    """softmax(a·I) needs d_k = n − 1 exactly, but its sharp limit needs only d_k = 2."""
+    n = 12
+    q, k = hard_pattern_factors(np.arange(n), n, 0.99)
+    p = softmax(q @ k.T)
+    assert np.diag(p).min() >= 0.99
+    assert min_head_dim(p) <= 2 < n - 1
+
+
+@pytest.mark.parametrize("args, err, match", [
+    ((np.array([0, 1]), 1, 0.9), ValueError, "at least 2"),
+    ((np.array([0, 3]), 3, 0.9), ValueError, "lie in"),
+    ((np.array([0.0, 1.0]), 3, 0.9), TypeError, "integer"),
+    ((np.array([[0, 1]]), 3, 0.9), TypeError, "1-d"),
+    ((np.array([0, 1]), 3, 1.0), ValueError, "strictly between"),
+])
+def test_hard_pattern_factors_validation(args, err, match):
+    with pytest.raises(err, match=match):
+        hard_pattern_factors(*args)
