@@ -118,6 +118,28 @@ class _Ops:
             self._tally(out, "transcendental", np.size(out))
         return out
 
+    def matmul_weight(self, x, w):
+        """``x (..., n, d) @ w`` for a weight matrix ``w``: ``(d, e)``, or from the harness ``(S, H, d, e)`` with
+        ``x (S, B, H, n, d)``. The harness case folds the batch axis into the rows, so the gradient with
+        respect to ``w`` is one matrix product per seed and head (not ``B`` products of ``(d, e)`` summed).
+        Counted like :meth:`matmul`: ``size(out) · d`` multiply-adds."""
+        if w.ndim == 2:
+            return self.matmul(x, w)
+        S, B, H, n, d = x.shape
+        rows = anp.reshape(anp.transpose(x, (0, 2, 1, 3, 4)), (S, H, B * n, d))
+        out = self.matmul(rows, w)
+        return anp.transpose(anp.reshape(out, (S, H, B, n, w.shape[-1])), (0, 2, 1, 3, 4))
+
+    def unit(self, x):
+        """``x / √(‖x‖² + ε)`` along the last axis (one primitive, with its gradient in closed form), counted
+        as the operations that formula performs: ``x·x``, the row sum, ``+ ε``, one sqrt per row, the division."""
+        out = _unit_prim(x)
+        if self.cost is not None:
+            rows = np.size(x) // x.shape[-1]
+            self._tally(out, "elementwise", 3 * np.size(x))   # x·x (n·d), row sums (n·d − n), + ε (n), ÷ (n·d)
+            self._tally(out, "transcendental", rows)
+        return out
+
     def rowsum(self, x):
         out = anp.sum(x, axis=-1, keepdims=True)
         return self._tally(out, "elementwise", (np.size(x) - np.size(out)) if self.cost is not None else 0)
@@ -158,6 +180,17 @@ defvjp(_elu_plus_one_prim, lambda ans, x: lambda g: g * np.minimum(ans, 1))
 _EPS = 1e-12  # keeps the norm of a zero vector finite in cosine scores
 
 
+@primitive
+def _unit_prim(x):
+    """``x / r`` with ``r = √(‖x‖² + ε)`` along the last axis. Its vector–Jacobian product is
+    ``(g − u (u·g)) / r`` with ``u = x / r``: one pass, instead of autograd's rules for the five operations."""
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _EPS)
+
+
+defvjp(_unit_prim, lambda ans, x: lambda g: (g - ans * np.sum(g * ans, axis=-1, keepdims=True))
+       / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _EPS))
+
+
 def _t(x):
     return anp.swapaxes(x, -1, -2)
 
@@ -173,7 +206,7 @@ def _scaled_dot_core(ops, q, k, prm):
 
 
 def _bilinear_core(ops, q, k, prm):
-    qw = ops.mul(ops.matmul(q, prm["W"]), q.shape[-1] ** -0.5)
+    qw = ops.mul(ops.matmul_weight(q, prm["W"]), q.shape[-1] ** -0.5)
     return ops.matmul(qw, _t(k))
 
 
@@ -183,13 +216,8 @@ def _additive_core(ops, q, k, prm):
     return ops.matmul(hidden, prm["v_col"])[..., 0]
 
 
-def _unit(ops, x):
-    norm = ops.sqrt(ops.add(ops.rowsum(ops.mul(x, x)), _EPS))
-    return ops.div(x, norm)
-
-
 def _cosine_core(ops, q, k, prm):
-    return ops.matmul(ops.mul(_unit(ops, q), prm["gain"]), _t(_unit(ops, k)))
+    return ops.matmul(ops.mul(ops.unit(q), prm["gain"]), _t(ops.unit(k)))
 
 
 def _distance_core(ops, q, k, prm):
@@ -246,7 +274,7 @@ def _harness_fn(name: str):
     # harness parameters are (S, H, …); q, k are (S, B, H, n, d_k)
     if name == "bilinear":
         def fn(q, k, params):
-            return core(ops, q, k, {"W": params["W"][:, None]})
+            return core(ops, q, k, {"W": params["W"]})   # (S, H, d, d): see _Ops.matmul_weight
     elif name == "additive":
         def fn(q, k, params):
             return core(ops, q, k, {"v_col": params["v"][:, None, :, None, :, None]})

@@ -227,6 +227,33 @@ def test_elu_plus_one_primitive_value_and_gradient():
     assert _elu_plus_one_prim(x.astype(np.float32)).dtype == np.float32
 
 
+def test_unit_primitive_value_and_gradient_equal_the_plain_formula():
+    import autograd.numpy as anp
+
+    from attn_utils.scores import _EPS, _unit_prim
+
+    x = np.random.default_rng(9).standard_normal((3, 4, 5))
+    x[0, 0] = 0.0                                          # a zero row stays finite
+    w = np.cos(np.arange(x.size, dtype=float)).reshape(x.shape)
+    plain = lambda z: z / anp.sqrt(anp.sum(z * z, axis=-1, keepdims=True) + _EPS)  # noqa: E731
+    np.testing.assert_allclose(_unit_prim(x), plain(x), rtol=1e-15, atol=0)
+    ours = grad(lambda z: anp.sum(w * _unit_prim(z)))(x)
+    theirs = grad(lambda z: anp.sum(w * plain(z)))(x)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-12, atol=1e-12)
+    assert _unit_prim(x.astype(np.float32)).dtype == np.float32
+
+
+def test_bilinear_harness_weight_product_folds_the_batch_correctly():
+    from attn_utils.scores import _Ops
+
+    rng = np.random.default_rng(10)
+    x, w = rng.standard_normal((2, 3, 4, 5, 6)), rng.standard_normal((2, 4, 6, 7))   # (S, B, H, n, d), (S, H, d, e)
+    counted = ScoreCost()
+    out = _Ops(counted).matmul_weight(x, w)
+    np.testing.assert_allclose(out, np.einsum("sbhnd,shde->sbhne", x, w), rtol=1e-12, atol=1e-12)
+    assert counted.macs == out.size * 6
+
+
 def test_additive_and_scaled_dot_learn_recall():
     task = recall_task(n_pairs=3, n_keys=6, n_values=4)
     for name in ("additive", "scaled_dot"):
