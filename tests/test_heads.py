@@ -265,3 +265,14 @@ def test_hard_pattern_factors_identity_beats_the_rank_bound():
 def test_hard_pattern_factors_validation(args, err, match):
     with pytest.raises(err, match=match):
         hard_pattern_factors(*args)
+
+
+@PROPS
+@given(seed=st.integers(0, 10_000), n=st.integers(2, 30))
+def test_size_one_head_aims_at_two_keys_at_most(seed, n):
+    """Part (c): with d_k = 1 every row's maximum sits on the largest or the smallest key value."""
+    rng = np.random.default_rng(seed)
+    q, k = rng.standard_normal((n, 1)), rng.standard_normal((n, 1))
+    top = softmax(q @ k.T).argmax(axis=1)
+    assert set(top) <= {int(k.argmax()), int(k.argmin())}
+    assert np.unique(top).size <= 2
