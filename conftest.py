@@ -5,6 +5,7 @@ images are binary and differ by matplotlib version, so they are skipped here
 (nbval's documented ``skip_compare`` hook); glued *numbers* are text and are
 compared.
 """
+
 import os
 
 # One BLAS thread per process: pytest-xdist already runs one notebook kernel per core, and

@@ -7,6 +7,7 @@ Shapes: batch and head axes lead, sequence and feature axes come last.
 argument checks, ``softmax(s·q kᵀ) v``. It is single-threaded numpy apart from BLAS's own
 threads in the two matrix products, so it is safe to call from any thread and after ``fork``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -66,8 +67,10 @@ def check_mask(mask, scores_shape: tuple[int, ...]) -> np.ndarray:
     except ValueError:
         ok = False
     if not ok:
-        raise ValueError(f"mask of shape {mask.shape} must broadcast to the scores (..., n_q, n_k) = "
-                         f"{tuple(scores_shape)} without enlarging them")
+        raise ValueError(
+            f"mask of shape {mask.shape} must broadcast to the scores (..., n_q, n_k) = "
+            f"{tuple(scores_shape)} without enlarging them"
+        )
     return mask
 
 
@@ -85,8 +88,10 @@ def attention_scores(q, k, scale: float | None = None) -> np.ndarray:
 
 def _overflow_message(dtype) -> str:
     wider = " or pass them as float64" if dtype != np.float64 else ""
-    return (f"scale·q·kᵀ overflowed {dtype} (largest finite value {np.finfo(dtype).max:.3g}) "
-            f"although q and k are finite: scale q or k down{wider}")
+    return (
+        f"scale·q·kᵀ overflowed {dtype} (largest finite value {np.finfo(dtype).max:.3g}) "
+        f"although q and k are finite: scale q or k down{wider}"
+    )
 
 
 def _scores(q: np.ndarray, k: np.ndarray, scale: float | None) -> np.ndarray:
@@ -126,9 +131,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None)
     q, k, v = check_qkv(q, k, v)
     if mask is not None:
         mask = check_mask(mask, (*q.shape[:-1], k.shape[-2]))
-    scores = _scores(q, k, scale)                                   # (..., n_q, n_k)
+    scores = _scores(q, k, scale)  # (..., n_q, n_k)
     try:
-        weights = softmax_inplace(scores, mask=mask)                # scores is ours to overwrite
+        weights = softmax_inplace(scores, mask=mask)  # scores is ours to overwrite
     except FloatingPointError:
         raise ValueError(_overflow_message(scores.dtype)) from None
     return weights @ v, weights

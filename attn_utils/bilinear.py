@@ -24,6 +24,7 @@ What is here
   :func:`attn_utils.training.register_score`), :func:`cyclic_previous_token_task` and
   :func:`first_layer_queries`.
 """
+
 from __future__ import annotations
 
 import math
@@ -230,6 +231,7 @@ def factorization_rank(w_q, w_k=None) -> int:
         raise ValueError(f"w_q must be 2-D (d, d_k), received shape {w_q.shape}")
     d, r = w_q.shape
     eye = np.eye(d)
+
     # d(A Bᵀ)[i, j] / dA[a, b] = δ_ia B[j, b];   d(A Bᵀ)[i, j] / dB[c, b] = A[i, b] δ_jc
     def wrt_left(b_mat):
         return np.einsum("ia,jb->ijab", eye, b_mat).reshape(d * d, d * r)
@@ -291,6 +293,17 @@ def first_layer_queries(params: dict, config, task: Task, x) -> np.ndarray:
     return query_key_vectors(params, config, task, x)[0]
 
 
-__all__ = ["SELF_PENALTY", "qk_scores", "argmax_offset_rate", "neighbour_weights", "predecessor_chains", "diagonal_max_probability", "self_mask",
-           "qk_attention_layer", "factorization_rank", "dot_score_no_self", "cyclic_previous_token_task",
-           "first_layer_queries"]
+__all__ = [
+    "SELF_PENALTY",
+    "qk_scores",
+    "argmax_offset_rate",
+    "neighbour_weights",
+    "predecessor_chains",
+    "diagonal_max_probability",
+    "self_mask",
+    "qk_attention_layer",
+    "factorization_rank",
+    "dot_score_no_self",
+    "cyclic_previous_token_task",
+    "first_layer_queries",
+]

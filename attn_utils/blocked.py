@@ -15,6 +15,7 @@ array is one ``(n_q_block, block_size)`` tile of logits, instead of ``(n_q, n_k)
 Shapes follow :mod:`attn_utils.attention`: ``q (..., n_q, d_k)``, ``k (..., n_k, d_k)``,
 ``v (..., n_k, d_v)`` with identical leading (batch/head) axes.
 """
+
 from __future__ import annotations
 
 import time
@@ -63,9 +64,18 @@ class BlockedAttentionStats:
     n_max_increases: int
 
 
-def blocked_attention(q, k, v, block_size, mask=None, scale: float | None = None, *,
-                      causal: bool = False, query_block_size: int | None = None,
-                      return_stats: bool = False):
+def blocked_attention(
+    q,
+    k,
+    v,
+    block_size,
+    mask=None,
+    scale: float | None = None,
+    *,
+    causal: bool = False,
+    query_block_size: int | None = None,
+    return_stats: bool = False,
+):
     """Exact ``softmax(scale · q kᵀ) v`` computed one key block at a time (online softmax).
 
     Parameters
@@ -123,15 +133,15 @@ def blocked_attention(q, k, v, block_size, mask=None, scale: float | None = None
         q1 = min(q0 + q_block, n_q)
         qi = q[..., q0:q1, :]
         bq = q1 - q0
-        m = np.full(lead + (bq, 1), -np.inf, dtype=dtype)   # running maximum
-        ell = np.zeros(lead + (bq, 1), dtype=dtype)          # running Σ exp(z − m)
-        acc = out[..., q0:q1, :]                             # running Σ exp(z − m) v, kept in the output
+        m = np.full(lead + (bq, 1), -np.inf, dtype=dtype)  # running maximum
+        ell = np.zeros(lead + (bq, 1), dtype=dtype)  # running Σ exp(z − m)
+        acc = out[..., q0:q1, :]  # running Σ exp(z − m) v, kept in the output
         acc[...] = 0.0
         for k0 in range(0, n_k, block_size):
             k1 = min(k0 + block_size, n_k)
             keep = None if mask is None else mask[..., q0:q1, k0:k1]
             if causal:
-                if k0 > offset + q1 - 1:        # no query of this block sees any key of this block
+                if k0 > offset + q1 - 1:  # no query of this block sees any key of this block
                     n_skipped += 1
                     continue
                 tri = np.arange(k0, k1)[None, :] <= np.arange(offset + q0, offset + q1)[:, None]
@@ -140,28 +150,28 @@ def blocked_attention(q, k, v, block_size, mask=None, scale: float | None = None
                 n_skipped += 1
                 continue
             bk = k1 - k0
-            s = qi @ np.swapaxes(k[..., k0:k1, :], -1, -2)    # (..., bq, bk): the only tile in memory
+            s = qi @ np.swapaxes(k[..., k0:k1, :], -1, -2)  # (..., bq, bk): the only tile in memory
             s *= scale
             if keep is not None:
                 np.copyto(s, -np.inf, where=~keep)
             m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
             n_increases += int(np.count_nonzero((m_new > m) & np.isfinite(m)))
             m_ref = np.where(np.isfinite(m_new), m_new, 0.0)  # rows that have seen nothing stay at 0
-            alpha = np.exp(m - m_ref)                          # exp(m_old − m_new); 0 when m_old = −inf
+            alpha = np.exp(m - m_ref)  # exp(m_old − m_new); 0 when m_old = −inf
             s -= m_ref
-            p = np.exp(s, out=s)                               # masked logits give exactly 0
+            p = np.exp(s, out=s)  # masked logits give exactly 0
             ell *= alpha
             ell += p.sum(axis=-1, keepdims=True)
             acc *= alpha
             acc += p @ v[..., k0:k1, :]
-            del s, p                                           # free the tile before the next one exists
+            del s, p  # free the tile before the next one exists
             m = m_new
             n_tiles += 1
             matmul_flops += n_lead * 2 * bq * bk * (d_k + d_v)
             n_exp += n_lead * (bq * bk + bq)
             rescale_flops += n_lead * bq * (d_v + 1)
         seen = ell > 0
-        acc /= np.where(seen, ell, 1.0)                        # rows with no visible key stay 0
+        acc /= np.where(seen, ell, 1.0)  # rows with no visible key stay 0
         lse[..., q0:q1] = np.where(seen, m + np.log(np.where(seen, ell, 1.0)), -np.inf)[..., 0]
 
     if not return_stats:

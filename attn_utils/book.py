@@ -3,6 +3,7 @@
 Numbers are glued as pre-formatted strings, never numpy scalars: numpy 2 prints
 ``np.float64(…)`` and a format spec in the page would then fail.
 """
+
 from __future__ import annotations
 
 

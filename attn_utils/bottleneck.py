@@ -20,6 +20,7 @@ What is here
 
 Token sequences are integer arrays ``s : (batch, m)`` with entries in ``[0, vocab)``.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,24 @@ from .validation import positive_int
 
 _SIGNIFICAND_BITS = {"float16": 11, "float32": 24, "float64": 53}
 
-KEYWORD_FILLERS: tuple[str, ...] = ("I", "this", "movie", "the", "was", "film", "plot", "and",
-                                    "really", "so", "it", "actors", "story", "just", ".", "a")
+KEYWORD_FILLERS: tuple[str, ...] = (
+    "I",
+    "this",
+    "movie",
+    "the",
+    "was",
+    "film",
+    "plot",
+    "and",
+    "really",
+    "so",
+    "it",
+    "actors",
+    "story",
+    "just",
+    ".",
+    "a",
+)
 """Words for the filler ids ``0 … 15`` of :func:`~attn_utils.tasks.keyword_task`."""
 KEYWORD_POSITIVE: tuple[str, ...] = ("love", "great", "superb", "enjoyed")
 """Words for the positive keyword ids (label 1)."""
@@ -78,7 +95,7 @@ def tokens_per_coordinate(vocab: int, dtype="float32") -> int:
     """
     vocab, p = _vocab(vocab), _SIGNIFICAND_BITS[_dtype_name(dtype)]
     k = 0
-    while vocab ** (k + 1) <= 2 ** p:  # exact integer arithmetic, no log rounding
+    while vocab ** (k + 1) <= 2**p:  # exact integer arithmetic, no log rounding
         k += 1
     return k
 
@@ -99,7 +116,7 @@ def pack_tokens(s, vocab: int, d: int, dtype="float32") -> np.ndarray:
     keep = min(m, d * k)
     stored[:, :keep] = s[:, :keep]
     digits = stored.reshape(batch, d, k)
-    weights = vocab ** np.arange(k, dtype=np.int64)          # ≤ 2**53 < 2**63: no overflow
+    weights = vocab ** np.arange(k, dtype=np.int64)  # ≤ 2**53 < 2**63: no overflow
     return (digits * weights).sum(axis=2).astype(name)
 
 
@@ -117,7 +134,7 @@ def unpack_tokens(z, vocab: int, m: int, guess: int = 0) -> np.ndarray:
     if not 0 <= int(guess) < vocab:
         raise ValueError(f"guess must lie in [0, {vocab}), received {guess}")
     k = tokens_per_coordinate(vocab, _dtype_name(z.dtype))
-    ints = np.rint(z.astype(np.float64)).astype(np.int64)      # exact: the values are integers ≤ 2**p
+    ints = np.rint(z.astype(np.float64)).astype(np.int64)  # exact: the values are integers ≤ 2**p
     digits = (ints[:, :, None] // vocab ** np.arange(k, dtype=np.int64)) % vocab
     flat = digits.reshape(z.shape[0], -1)
     out = np.full((z.shape[0], m), int(guess), dtype=np.int64)
@@ -155,7 +172,7 @@ def bag_accuracy_bound(s, vocab: int) -> float:
     """
     vocab = _vocab(vocab)
     s = _tokens("s", s, vocab)
-    counts = (s[:, :, None] == np.arange(vocab)).sum(axis=1)   # (batch, vocab)
+    counts = (s[:, :, None] == np.arange(vocab)).sum(axis=1)  # (batch, vocab)
     return float(counts.max(axis=1).mean() / s.shape[1])
 
 
@@ -172,8 +189,8 @@ def superposition_copy_accuracy(rng, m: int, d: int, vocab: int, batch: int = 20
     m, d, vocab, batch = positive_int("m", m), positive_int("d", d), _vocab(vocab), positive_int("batch", batch)
     codes = rng.standard_normal((m, vocab, d)) / np.sqrt(d)
     s = rng.integers(0, vocab, size=(batch, m))
-    z = codes[np.arange(m), s].sum(axis=1)                    # (batch, d)
-    scores = (z @ codes.reshape(m * vocab, d).T).reshape(batch, m, vocab)   # one BLAS product
+    z = codes[np.arange(m), s].sum(axis=1)  # (batch, d)
+    scores = (z @ codes.reshape(m * vocab, d).T).reshape(batch, m, vocab)  # one BLAS product
     return float((scores.argmax(axis=-1) == s).mean())
 
 
@@ -183,8 +200,10 @@ def _keyword_options(task: Task) -> tuple[int, int]:
         raise TypeError(f"task must be a keyword_task, received {task!r}")
     n_filler, n_kw = int(task.options["n_filler"]), int(task.options["n_keywords"])
     if n_filler > len(KEYWORD_FILLERS) or n_kw > len(KEYWORD_POSITIVE):
-        raise ValueError(f"word labels exist for n_filler <= {len(KEYWORD_FILLERS)} and n_keywords <= "
-                         f"{len(KEYWORD_POSITIVE)}, received n_filler={n_filler}, n_keywords={n_kw}")
+        raise ValueError(
+            f"word labels exist for n_filler <= {len(KEYWORD_FILLERS)} and n_keywords <= "
+            f"{len(KEYWORD_POSITIVE)}, received n_filler={n_filler}, n_keywords={n_kw}"
+        )
     return n_filler, n_kw
 
 
@@ -243,7 +262,7 @@ def keyword_attention_mass(weights, keyword_pos) -> np.ndarray:
         raise ValueError(f"keyword_pos must have shape ({B},) or ({S}, {B}), received shape {pos.shape}") from None
     if pos.min() < 0 or pos.max() >= n:
         raise ValueError(f"keyword_pos must lie in [0, {n}), received range [{pos.min()}, {pos.max()}]")
-    last_row = w[:, :, :, -1, :].mean(axis=2)                  # (S, batch, n)
+    last_row = w[:, :, :, -1, :].mean(axis=2)  # (S, batch, n)
     return np.take_along_axis(last_row, pos[:, :, None], axis=2)[:, :, 0]
 
 
@@ -295,12 +314,26 @@ def relative_loss_drop(loss, window: int) -> np.ndarray:
         raise ValueError(f"window must be <= steps // 2 = {half}, received {window}")
     if not np.all(np.isfinite(arr)):
         raise ValueError("loss must be finite (a diverged run has no meaningful trend)")
-    mid = arr[half - window:half].mean(axis=0)
+    mid = arr[half - window : half].mean(axis=0)
     end = arr[-window:].mean(axis=0)
     return 1.0 - end / mid
 
 
-__all__ = ["KEYWORD_FILLERS", "KEYWORD_POSITIVE", "KEYWORD_NEGATIVE", "CLS_WORD", "tokens_per_coordinate",
-           "pack_tokens", "unpack_tokens", "fano_bits", "bag_accuracy_bound", "superposition_copy_accuracy",
-           "keyword_vocabulary", "words_to_ids", "ids_to_words", "keyword_attention_mass",
-           "with_uniform_attention", "relative_loss_drop"]
+__all__ = [
+    "KEYWORD_FILLERS",
+    "KEYWORD_POSITIVE",
+    "KEYWORD_NEGATIVE",
+    "CLS_WORD",
+    "tokens_per_coordinate",
+    "pack_tokens",
+    "unpack_tokens",
+    "fano_bits",
+    "bag_accuracy_bound",
+    "superposition_copy_accuracy",
+    "keyword_vocabulary",
+    "words_to_ids",
+    "ids_to_words",
+    "keyword_attention_mass",
+    "with_uniform_attention",
+    "relative_loss_drop",
+]

@@ -20,6 +20,7 @@ makes a trained claim hold on every machine is its *margin*, which
 :func:`check_seeds` asserts: the mean over seeds must clear the bound by ``z``
 standard errors, not just clear it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,9 @@ def _measured(x, spec: str, approx: bool) -> str:
     return ("≈" if approx else "") + _fmt(x, spec)
 
 
-def check(name: str, measured, theory, tol: float, *, rel: bool = False, fmt: str = ".4g",
-          approx: bool = False) -> float:
+def check(
+    name: str, measured, theory, tol: float, *, rel: bool = False, fmt: str = ".4g", approx: bool = False
+) -> float:
     """Assert ``|measured − theory| ≤ tol`` (or ``≤ tol·|theory|`` when ``rel``).
 
     Prints e.g. ``Var(q·k)/d_k = 1.003 (theory 1, tol 0.05)  ✓`` and raises
@@ -116,8 +118,9 @@ MIN_SEEDS = 8
 """The fewest seeds a claim about trained models may rest on."""
 
 
-def check_seeds(name: str, per_seed, *, lower=None, upper=None, z: float = 3.0, fmt: str = ".2f",
-                min_seeds: int = MIN_SEEDS) -> SeedSummary:
+def check_seeds(
+    name: str, per_seed, *, lower=None, upper=None, z: float = 3.0, fmt: str = ".2f", min_seeds: int = MIN_SEEDS
+) -> SeedSummary:
     """Assert that the mean over seeds clears its bound(s) by ``z`` standard errors.
 
     per_seed : (S,) one value per independently trained model (an accuracy, a paired
@@ -154,8 +157,10 @@ def check_seeds(name: str, per_seed, *, lower=None, upper=None, z: float = 3.0, 
     margin = gap / se if se > 0 else (np.inf if gap >= 0 else -np.inf)
     ok = bool(np.isfinite(mean)) and gap >= 0 and margin >= z
     shown = "≈∞" if np.isinf(margin) else _measured(margin, ".1f", True)
-    line = (f"{name} = {_measured(mean, fmt, True)} ± {_measured(se, fmt, True)} (mean ± SE of {values.size} seeds; "
-            f"expected {' and '.join(parts)}, margin {shown} SE ≥ {z:g})")
+    line = (
+        f"{name} = {_measured(mean, fmt, True)} ± {_measured(se, fmt, True)} (mean ± SE of {values.size} seeds; "
+        f"expected {' and '.join(parts)}, margin {shown} SE ≥ {z:g})"
+    )
     print(f"{line}  {'✓' if ok else '✗'}")
     if not ok:
         raise AssertionError(f"check failed: {line}")
@@ -172,8 +177,9 @@ def check_count(name: str, flags, *, at_least=None, at_most=None, min_seeds: int
         raise ValueError("check_count needs at_least, at_most or both")
     flags = np.asarray(flags)
     if flags.ndim != 1 or flags.dtype != bool:
-        raise TypeError(f"flags must be a 1-d bool array (one per seed), received dtype {flags.dtype}, "
-                        f"shape {flags.shape}")
+        raise TypeError(
+            f"flags must be a 1-d bool array (one per seed), received dtype {flags.dtype}, shape {flags.shape}"
+        )
     if flags.size < min_seeds:
         raise ValueError(f"flags must hold at least {min_seeds} seeds, received {flags.size}")
     count = int(flags.sum())

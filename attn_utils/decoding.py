@@ -25,6 +25,7 @@ FLOP convention: one multiply-add = 2 FLOPs; only matrix products are counted (s
 norm, additions and the embedding lookup are lower order). Parts: ``"projections"`` (W_q, W_k,
 W_v, W_o), ``"attention"`` (q kᵀ and p v), ``"mlp"``, ``"readout"`` (W_out).
 """
+
 from __future__ import annotations
 
 import math
@@ -84,8 +85,9 @@ class DecoderParams:
         return self.layers[0]["W_v"].shape[1] // self.h
 
 
-def init_decoder_params(rng: np.random.Generator, *, vocab: int, d_model: int, h: int, n_layers: int,
-                        d_ff: int, max_len: int) -> DecoderParams:
+def init_decoder_params(
+    rng: np.random.Generator, *, vocab: int, d_model: int, h: int, n_layers: int, d_ff: int, max_len: int
+) -> DecoderParams:
     """Random decoder weights: attention as :func:`attn_utils.init_mha_params` (variance 1/fan_in),
     MLP and read-out with variance 1/fan_in, unit-variance token and position embeddings.
 
@@ -94,18 +96,32 @@ def init_decoder_params(rng: np.random.Generator, *, vocab: int, d_model: int, h
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
     vocab, d_model, h = positive_int("vocab", vocab), positive_int("d_model", d_model), positive_int("h", h)
-    n_layers, d_ff, max_len = positive_int("n_layers", n_layers), positive_int("d_ff", d_ff), positive_int("max_len", max_len)
+    n_layers, d_ff, max_len = (
+        positive_int("n_layers", n_layers),
+        positive_int("d_ff", d_ff),
+        positive_int("max_len", max_len),
+    )
     layers = []
     for _ in range(n_layers):
         layer = init_mha_params(rng, d_model, h)
-        layer.update(W_1=rng.normal(0, d_model**-0.5, (d_model, d_ff)), b_1=np.zeros(d_ff),
-                     W_2=rng.normal(0, d_ff**-0.5, (d_ff, d_model)), b_2=np.zeros(d_model))
+        layer.update(
+            W_1=rng.normal(0, d_model**-0.5, (d_model, d_ff)),
+            b_1=np.zeros(d_ff),
+            W_2=rng.normal(0, d_ff**-0.5, (d_ff, d_model)),
+            b_2=np.zeros(d_model),
+        )
         layers.append(layer)
-    return DecoderParams(embed=rng.standard_normal((vocab, d_model)), pos=rng.standard_normal((max_len, d_model)),
-                         layers=tuple(layers), W_out=rng.normal(0, d_model**-0.5, (d_model, vocab)), h=h)
+    return DecoderParams(
+        embed=rng.standard_normal((vocab, d_model)),
+        pos=rng.standard_normal((max_len, d_model)),
+        layers=tuple(layers),
+        W_out=rng.normal(0, d_model**-0.5, (d_model, vocab)),
+        h=h,
+    )
 
 
 # --------------------------------------------------------------------------- validation
+
 
 def _check_params(params) -> DecoderParams:
     if not isinstance(params, DecoderParams):
@@ -140,6 +156,7 @@ def _matmul_flops(a: np.ndarray, b: np.ndarray) -> int:
 
 # --------------------------------------------------------------------------- position-wise parts
 
+
 def _layer_norm(x, eps: float = 1e-5):
     mu = x.mean(axis=-1, keepdims=True)
     var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
@@ -160,6 +177,7 @@ def _readout(x, params, counter):
 
 # --------------------------------------------------------------------------- parallel pass
 
+
 def decoder_forward(params: DecoderParams, tokens, *, causal: bool = True, counter: dict | None = None) -> np.ndarray:
     """Logits for every position in one parallel pass (teacher forcing).
 
@@ -176,8 +194,14 @@ def decoder_forward(params: DecoderParams, tokens, *, causal: bool = True, count
     for layer in params.layers:
         a = _layer_norm(x)
         attn, weights = multi_head_attention(a, a, layer, params.h, mask=mask)
-        _tally(counter, "projections", _matmul_flops(a, layer["W_q"]) + _matmul_flops(a, layer["W_k"])
-               + _matmul_flops(a, layer["W_v"]) + _matmul_flops(attn, layer["W_o"]))
+        _tally(
+            counter,
+            "projections",
+            _matmul_flops(a, layer["W_q"])
+            + _matmul_flops(a, layer["W_k"])
+            + _matmul_flops(a, layer["W_v"])
+            + _matmul_flops(attn, layer["W_o"]),
+        )
         # weights (..., h, n_q, n_k): each entry costs d_k multiply-adds in q kᵀ and d_v in p v
         _tally(counter, "attention", 2 * weights.size * (params.d_k + params.d_v))
         x = x + attn
@@ -186,6 +210,7 @@ def decoder_forward(params: DecoderParams, tokens, *, causal: bool = True, count
 
 
 # --------------------------------------------------------------------------- KV cache
+
 
 class KVCache:
     """Preallocated keys and values of every layer for a batch of sequences.
@@ -230,8 +255,10 @@ def decoder_extend(params: DecoderParams, tokens_new, cache: KVCache, *, counter
         raise TypeError(f"cache must be a KVCache, received {type(cache).__name__}")
     tokens_new = _check_tokens("tokens_new", tokens_new, params, max_len=cache.capacity - cache.length)
     if tokens_new.shape[:-1] != cache.batch_shape:
-        raise ValueError(f"tokens_new must have shape (*batch_shape, m) with batch_shape={cache.batch_shape}, "
-                         f"received shape {tokens_new.shape}")
+        raise ValueError(
+            f"tokens_new must have shape (*batch_shape, m) with batch_shape={cache.batch_shape}, "
+            f"received shape {tokens_new.shape}"
+        )
     start, m = cache.length, tokens_new.shape[-1]
     end = start + m
     x = params.embed[tokens_new] + params.pos[start:end]
@@ -244,9 +271,19 @@ def decoder_extend(params: DecoderParams, tokens_new, cache: KVCache, *, counter
         keys, values = cache.keys[l][..., :end, :], cache.values[l][..., :end, :]
         heads, _ = scaled_dot_product_attention(q, keys, values, mask=mask)
         merged = merge_heads(heads)
-        _tally(counter, "projections", _matmul_flops(a, layer["W_q"]) + _matmul_flops(a, layer["W_k"])
-               + _matmul_flops(a, layer["W_v"]) + _matmul_flops(merged, layer["W_o"]))
-        _tally(counter, "attention", _matmul_flops(q, np.swapaxes(keys, -1, -2)) + 2 * math.prod(q.shape[:-1]) * end * values.shape[-1])
+        _tally(
+            counter,
+            "projections",
+            _matmul_flops(a, layer["W_q"])
+            + _matmul_flops(a, layer["W_k"])
+            + _matmul_flops(a, layer["W_v"])
+            + _matmul_flops(merged, layer["W_o"]),
+        )
+        _tally(
+            counter,
+            "attention",
+            _matmul_flops(q, np.swapaxes(keys, -1, -2)) + 2 * math.prod(q.shape[:-1]) * end * values.shape[-1],
+        )
         x = x + merged @ layer["W_o"]
         x = x + _mlp(_layer_norm(x), layer, counter)
     cache.length = end
@@ -255,8 +292,10 @@ def decoder_extend(params: DecoderParams, tokens_new, cache: KVCache, *, counter
 
 # --------------------------------------------------------------------------- generation
 
-def greedy_generate(params: DecoderParams, prompt, n_new: int, *, use_cache: bool = True,
-                    counter: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+
+def greedy_generate(
+    params: DecoderParams, prompt, n_new: int, *, use_cache: bool = True, counter: dict | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Greedy decoding: append ``argmax`` of the last logits, ``n_new`` times.
 
     prompt : int (..., p) → ``(tokens (..., p + n_new), logits (..., n_new, vocab))``, where
@@ -270,7 +309,9 @@ def greedy_generate(params: DecoderParams, prompt, n_new: int, *, use_cache: boo
     prompt = _check_tokens("prompt", prompt, params)
     total = prompt.shape[-1] + n_new - 1
     if total > params.max_len:
-        raise ValueError(f"prompt length {prompt.shape[-1]} + n_new {n_new} − 1 = {total} exceeds max_len={params.max_len}")
+        raise ValueError(
+            f"prompt length {prompt.shape[-1]} + n_new {n_new} − 1 = {total} exceeds max_len={params.max_len}"
+        )
     tokens, step_logits = prompt, []
     if use_cache:
         cache = KVCache(params, prompt.shape[:-1], capacity=total)
@@ -290,7 +331,6 @@ def greedy_generate(params: DecoderParams, prompt, n_new: int, *, use_cache: boo
 
 
 # --------------------------------------------------------------------------- cost formulas
-
 
 
 def decoding_flops(params: DecoderParams, m: int, n: int, *, readout: int | None = None, batch: int = 1) -> dict:
@@ -329,9 +369,23 @@ def kv_cache_values(n_layers: int, n_ctx: int, h_kv: int, d_k: int, d_v: int | N
     """
     d_k = positive_int("d_k", d_k)
     d_v = d_k if d_v is None else positive_int("d_v", d_v)
-    return (positive_int("batch", batch) * positive_int("n_layers", n_layers) * nonneg_int("n_ctx", n_ctx)
-            * positive_int("h_kv", h_kv) * (d_k + d_v))
+    return (
+        positive_int("batch", batch)
+        * positive_int("n_layers", n_layers)
+        * nonneg_int("n_ctx", n_ctx)
+        * positive_int("h_kv", h_kv)
+        * (d_k + d_v)
+    )
 
 
-__all__ = ["FLOP_PARTS", "DecoderParams", "init_decoder_params", "decoder_forward", "KVCache", "decoder_extend",
-           "greedy_generate", "decoding_flops", "kv_cache_values"]
+__all__ = [
+    "FLOP_PARTS",
+    "DecoderParams",
+    "init_decoder_params",
+    "decoder_forward",
+    "KVCache",
+    "decoder_extend",
+    "greedy_generate",
+    "decoding_flops",
+    "kv_cache_values",
+]

@@ -7,6 +7,7 @@
   rounding of 1 (where :func:`attn_utils.softmax_jacobian`, which only sees ``p``,
   must return 0).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,8 +49,10 @@ def numerical_jacobian(f, x, h: float = 1e-6) -> np.ndarray:
         if out_shape is None:
             out_shape = up.shape
         if up.shape != out_shape or down.shape != out_shape:
-            raise ValueError(f"f must return one fixed shape; received {out_shape}, then {up.shape} "
-                             f"and {down.shape} at coordinate {j}")
+            raise ValueError(
+                f"f must return one fixed shape; received {out_shape}, then {up.shape} "
+                f"and {down.shape} at coordinate {j}"
+            )
         columns.append((up - down) / (2 * h))
     jac = np.stack(columns, axis=-1)
     return jac.reshape(out_shape + x.shape)

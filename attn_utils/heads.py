@@ -16,6 +16,7 @@
 * :func:`hard_pattern_factors` — size-2 queries and keys that put weight ``≥ w`` on any chosen key
   per query: the rank bound is about exact soft patterns, not about sharp "look here" patterns.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,8 +30,8 @@ from .tasks import IGNORE, Task, TaskBatch
 from .training import ModelConfig, evaluate, forward
 from .validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
-
 # ---------------------------------------------------------------- cost
+
 
 def mha_macs(n: int, d_model: int, h: int, d_k: int | None = None, d_v: int | None = None) -> dict[str, int]:
     """Multiply-adds of multi-head self-attention on ``n`` tokens, split by part.
@@ -59,6 +60,7 @@ def mha_macs(n: int, d_model: int, h: int, d_k: int | None = None, d_v: int | No
 
 
 # ---------------------------------------------------------------- reachable patterns
+
 
 def _check_pattern(name: str, p) -> np.ndarray:
     p = as_float_array(name, p, min_ndim=2)
@@ -142,8 +144,9 @@ def _row_kl(t: np.ndarray, p: np.ndarray) -> np.ndarray:
     return np.sum(t * (np.log(t) - np.log(np.maximum(p, 1e-300))), axis=-1).mean(axis=-1)
 
 
-def fit_attention_pattern(target, d_k: int, rng: np.random.Generator, *, restarts: int = 16,
-                          steps: int = 2000, lr: float = 0.05) -> PatternFit:
+def fit_attention_pattern(
+    target, d_k: int, rng: np.random.Generator, *, restarts: int = 16, steps: int = 2000, lr: float = 0.05
+) -> PatternFit:
     """Closest pattern ``softmax(q kᵀ)`` with ``q, k`` of ``d_k`` columns to ``target``, by Adam.
 
     target : (n_q, n_k) strictly positive row-stochastic. Minimises the mean row KL divergence
@@ -165,12 +168,12 @@ def fit_attention_pattern(target, d_k: int, rng: np.random.Generator, *, restart
     b1, b2, eps = 0.9, 0.999, 1e-12
     for step in range(1, steps + 1):
         q, k = theta
-        g = (softmax(q @ np.swapaxes(k, -1, -2)) - t) / n_q          # (R, n_q, n_k)
+        g = (softmax(q @ np.swapaxes(k, -1, -2)) - t) / n_q  # (R, n_q, n_k)
         grads = [g @ k, np.swapaxes(g, -1, -2) @ q]
         for i in range(2):
             m[i] = b1 * m[i] + (1 - b1) * grads[i]
             v[i] = b2 * v[i] + (1 - b2) * grads[i] ** 2
-            theta[i] = theta[i] - lr * (m[i] / (1 - b1 ** step)) / (np.sqrt(v[i] / (1 - b2 ** step)) + eps)
+            theta[i] = theta[i] - lr * (m[i] / (1 - b1**step)) / (np.sqrt(v[i] / (1 - b2**step)) + eps)
     q, k = theta
     p = softmax(q @ np.swapaxes(k, -1, -2))
     kl = _row_kl(t, p)
@@ -179,6 +182,7 @@ def fit_attention_pattern(target, d_k: int, rng: np.random.Generator, *, restart
 
 
 # ---------------------------------------------------------------- what each head adds
+
 
 def head_contributions(x_q, x_kv, params: dict, h: int, mask=None, scale: float | None = None) -> np.ndarray:
     """The ``h`` terms ``softmax(Q_i K_iᵀ·scale) V_i W_O^i`` whose sum over heads is multi-head attention.
@@ -198,17 +202,19 @@ def head_contributions(x_q, x_kv, params: dict, h: int, mask=None, scale: float 
     check_axis_size("x_q", x_q, -1, d_model, "d_model, rows of W_q")
     check_axis_size("x_kv", x_kv, -1, d_model, "d_model, rows of W_q")
     if params["W_o"].shape[0] % h:
-        raise ValueError(f"W_o rows ({params['W_o'].shape[0]}) must be divisible by h={h}; "
-                         f"received shape {params['W_o'].shape}")
+        raise ValueError(
+            f"W_o rows ({params['W_o'].shape[0]}) must be divisible by h={h}; received shape {params['W_o'].shape}"
+        )
     q = split_heads(x_q @ params["W_q"], h)
     k = split_heads(x_kv @ params["W_k"], h)
     v = split_heads(x_kv @ params["W_v"], h)
-    heads, _ = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)   # (..., h, n_q, d_v)
-    w_o = params["W_o"].reshape(h, -1, params["W_o"].shape[1])                 # (h, d_v, d_model)
+    heads, _ = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)  # (..., h, n_q, d_v)
+    w_o = params["W_o"].reshape(h, -1, params["W_o"].shape[1])  # (h, d_v, d_model)
     return heads @ w_o
 
 
 # ---------------------------------------------------------------- pruning a trained model
+
 
 @dataclass(frozen=True)
 class PruningCurve:
@@ -227,7 +233,8 @@ class PruningCurve:
     selection: np.ndarray | None = None
 
     def removable(self, tol: float) -> np.ndarray:
-        """(S,) the largest ``k`` such that removing the first ``j ≤ k`` heads never costs more than ``tol`` accuracy."""
+        """(S,) the largest ``k`` such that removing the first ``j ≤ k`` heads never costs more than
+        ``tol`` accuracy."""
         ok = self.accuracy >= self.accuracy[:, :1] - tol
         return np.cumprod(ok, axis=1).sum(axis=1) - 1
 
@@ -257,8 +264,9 @@ def _per_head_logits(params: dict, config: ModelConfig, task: Task, x: np.ndarra
     return base, parts
 
 
-def greedy_head_pruning(params: dict, config: ModelConfig, task: Task, batch: TaskBatch,
-                        eval_batch: TaskBatch | None = None) -> PruningCurve:
+def greedy_head_pruning(
+    params: dict, config: ModelConfig, task: Task, batch: TaskBatch, eval_batch: TaskBatch | None = None
+) -> PruningCurve:
     """Remove heads one at a time, each time the one whose removal leaves the highest accuracy on ``batch``.
 
     params : trained parameters with a leading seed axis S (``TrainResult.params``); batch : the
@@ -290,10 +298,10 @@ def greedy_head_pruning(params: dict, config: ModelConfig, task: Task, batch: Ta
     rows = np.arange(S)
     affine = L == 1 and config.encoder == "attention" and task.per_position
     if affine:
-        base, parts = _per_head_logits(params, config, task, batch.x)           # (S, B, n, C), (S, H, B, n, C)
+        base, parts = _per_head_logits(params, config, task, batch.x)  # (S, B, n, C), (S, H, B, n, C)
         y = np.asarray(batch.y)
 
-        def score(masks):                                                      # masks (S, c, H) → (S, c) twice
+        def score(masks):  # masks (S, c, H) → (S, c) twice
             logits = base[:, None] + np.einsum("sch,shbnk->scbnk", masks, parts, optimize=True)
             return _scored_onehot_stats(logits, y)
     else:
@@ -309,12 +317,12 @@ def greedy_head_pruning(params: dict, config: ModelConfig, task: Task, batch: Ta
     alone = None
     for step in range(m):
         r = m - step
-        remaining = np.nonzero(keep)[1].reshape(S, r)                          # per seed, increasing
-        cand = np.repeat(keep[:, None, :], r, axis=1)                          # (S, r candidates, m heads)
+        remaining = np.nonzero(keep)[1].reshape(S, r)  # per seed, increasing
+        cand = np.repeat(keep[:, None, :], r, axis=1)  # (S, r candidates, m heads)
         cand[rows[:, None], np.arange(r)[None, :], remaining] = 0.0
         a, l = score(cand)
         if alone is None:
-            alone = a.copy()                                                   # step 0: r = m, remaining = 0..m−1
+            alone = a.copy()  # step 0: r = m, remaining = 0..m−1
         pick = np.lexsort((l, -a), axis=-1)[:, 0]
         order[:, step] = remaining[rows, pick]
         sel[:, step + 1] = a[rows, pick]
@@ -323,13 +331,19 @@ def greedy_head_pruning(params: dict, config: ModelConfig, task: Task, batch: Ta
         return PruningCurve(sel, order, alone, sel)
     path = np.ones((S, m + 1, m))
     for step in range(m):
-        path[rows, step + 1:, order[:, step]] = 0.0
-    acc = np.stack([evaluate(params, config, task, eval_batch, head_mask=path[:, k].reshape(S, L, H))["accuracy"]
-                    for k in range(m + 1)], axis=1)
+        path[rows, step + 1 :, order[:, step]] = 0.0
+    acc = np.stack(
+        [
+            evaluate(params, config, task, eval_batch, head_mask=path[:, k].reshape(S, L, H))["accuracy"]
+            for k in range(m + 1)
+        ],
+        axis=1,
+    )
     return PruningCurve(acc, order, alone, sel)
 
 
 # ---------------------------------------------------------------- sharp patterns with two dimensions
+
 
 def hard_pattern_factors(targets, n_k: int, weight: float) -> tuple[np.ndarray, np.ndarray]:
     """Queries ``q (n_q, 2)`` and keys ``k (n_k, 2)`` with ``softmax(q kᵀ)[i, targets[i]] ≥ weight`` for every row.
@@ -345,8 +359,10 @@ def hard_pattern_factors(targets, n_k: int, weight: float) -> tuple[np.ndarray, 
         raise ValueError(f"n_k must be at least 2, received {n_k}")
     targets = np.asarray(targets)
     if targets.ndim != 1 or not np.issubdtype(targets.dtype, np.integer):
-        raise TypeError(f"targets must be a 1-d integer array (one key per query), received dtype {targets.dtype}, "
-                        f"shape {targets.shape}")
+        raise TypeError(
+            f"targets must be a 1-d integer array (one key per query), received dtype {targets.dtype}, "
+            f"shape {targets.shape}"
+        )
     if targets.size and (targets.min() < 0 or targets.max() >= n_k):
         raise ValueError(f"targets must lie in [0, {n_k}), received range [{targets.min()}, {targets.max()}]")
     weight = float(weight)
@@ -359,6 +375,15 @@ def hard_pattern_factors(targets, n_k: int, weight: float) -> tuple[np.ndarray, 
     return c * k[targets], k
 
 
-__all__ = ["mha_macs", "log_ratio_matrix", "min_head_dim", "logit_factors", "PatternFit",
-           "fit_attention_pattern", "head_contributions", "PruningCurve", "greedy_head_pruning",
-           "hard_pattern_factors"]
+__all__ = [
+    "mha_macs",
+    "log_ratio_matrix",
+    "min_head_dim",
+    "logit_factors",
+    "PatternFit",
+    "fit_attention_pattern",
+    "head_contributions",
+    "PruningCurve",
+    "greedy_head_pruning",
+    "hard_pattern_factors",
+]

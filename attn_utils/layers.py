@@ -22,6 +22,7 @@ What is here
   :func:`~attn_utils.gradients.numerical_jacobian`.
 * :func:`loglog_slope`, :func:`min_seconds` for fitting exponents and timing.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import causal_mask, scaled_dot_product_attention
+from .attention import scaled_dot_product_attention
 from .multihead import merge_heads, split_heads
 from .validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
@@ -38,6 +39,7 @@ LAYER_KINDS = ("attention", "rnn", "conv")
 
 
 # ---------------------------------------------------------------- counting multiply-adds
+
 
 @dataclass
 class MacCounter:
@@ -105,6 +107,7 @@ def conv_macs(n: int, d: int, k: int, *, d_in: int | None = None) -> int:
 
 # ---------------------------------------------------------------- the three layers
 
+
 def self_attention_layer(x, params: dict | None = None, h: int = 1, mask=None, *, projections: bool = True):
     """Self-attention ``concat_i(softmax(Q_i K_iᵀ/√d_k) V_i) W_o`` with ``Q, K, V = x W_q, x W_k, x W_v``.
 
@@ -139,8 +142,9 @@ def _orthogonal(rng: np.random.Generator, d: int) -> np.ndarray:
     return q * np.sign(np.diag(r))  # sign fix: Haar-distributed orthogonal matrix
 
 
-def init_rnn_params(rng: np.random.Generator, d: int, *, d_in: int | None = None,
-                    radius: float = 0.9) -> dict[str, np.ndarray]:
+def init_rnn_params(
+    rng: np.random.Generator, d: int, *, d_in: int | None = None, radius: float = 0.9
+) -> dict[str, np.ndarray]:
     """``W (d_in, d)`` Gaussian with variance ``1/d_in``; ``U = radius · Q`` with ``Q`` orthogonal; ``b = 0``.
 
     Every singular value of ``U`` equals ``radius``, so ``radius`` is both its spectral norm and its
@@ -201,11 +205,12 @@ def conv1d_layer(x, params: dict, *, dilation: int = 1) -> np.ndarray:
     n = x.shape[-2]
     pad = np.zeros(x.shape[:-2] + ((k - 1) * r, d_in))
     xp = np.concatenate([pad, x], axis=-2)
-    windows = np.stack([xp[..., m * r:m * r + n, :] for m in range(k)], axis=-2)  # (..., n, k, d_in)
+    windows = np.stack([xp[..., m * r : m * r + n, :] for m in range(k)], axis=-2)  # (..., n, k, d_in)
     return _matmul(windows.reshape(x.shape[:-2] + (n, k * d_in)), W.reshape(k * d_in, d)) + b
 
 
 # ---------------------------------------------------------------- dependency structure
+
 
 @dataclass(frozen=True)
 class LayerGraph:
@@ -226,8 +231,9 @@ class LayerGraph:
         return len(self.across)
 
 
-def _layer_edges(kind: str, n: int, layer: int, k: int, dilation_base: int, causal: bool,
-                 window: int | None) -> tuple[np.ndarray, np.ndarray | None]:
+def _layer_edges(
+    kind: str, n: int, layer: int, k: int, dilation_base: int, causal: bool, window: int | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     if kind == "attention":
         a = (j <= i) if causal else np.ones((n, n), bool)
@@ -247,8 +253,16 @@ def _check_kind(kind: str, n, k, dilation_base, window):
     return positive_int("n", n), positive_int("k", k), positive_int("dilation_base", dilation_base), window
 
 
-def layer_graph(kind: str, n: int, n_layers: int = 1, *, k: int = 3, dilation_base: int = 1,
-                causal: bool = True, window: int | None = None) -> LayerGraph:
+def layer_graph(
+    kind: str,
+    n: int,
+    n_layers: int = 1,
+    *,
+    k: int = 3,
+    dilation_base: int = 1,
+    causal: bool = True,
+    window: int | None = None,
+) -> LayerGraph:
     """Which positions feed which, for ``n_layers`` stacked layers of one kind.
 
     * ``"attention"``: every ``j`` (``j ≤ i`` when ``causal``); ``window=r`` keeps ``i − r < j``
@@ -276,7 +290,7 @@ def _min_over_parents(parents: np.ndarray, values: np.ndarray) -> np.ndarray:
     out = np.empty((n, c))
     chunk = max(1, 2**22 // (width * c))
     for start in range(0, n, chunk):
-        out[start:start + chunk] = padded[idx[start:start + chunk]].min(axis=1)
+        out[start : start + chunk] = padded[idx[start : start + chunk]].min(axis=1)
     return out
 
 
@@ -311,8 +325,16 @@ def sequential_depth(graph: LayerGraph) -> int:
     return int(-neg_depth.min())
 
 
-def layers_to_connect(kind: str, n: int, *, k: int = 3, dilation_base: int = 1, causal: bool = True,
-                      window: int | None = None, max_layers: int | None = None) -> int:
+def layers_to_connect(
+    kind: str,
+    n: int,
+    *,
+    k: int = 3,
+    dilation_base: int = 1,
+    causal: bool = True,
+    window: int | None = None,
+    max_layers: int | None = None,
+) -> int:
     """Fewest stacked layers after which every input reaches every output it may reach
     (all ``j ≤ i`` when causal — conv and RNN always are — all pairs otherwise).
     Raises ``ValueError`` if ``max_layers`` (default ``n``) layers are not enough."""
@@ -351,6 +373,7 @@ def perturbation_reach(fn, x, *, eps: float = 1.0, tol: float = 1e-9) -> np.ndar
 
 
 # ---------------------------------------------------------------- gradients
+
 
 def _sequence_and_output_index(x, i, shape: str):
     """Validate one unbatched sequence ``x`` and the output position ``i`` (default: the last)."""
@@ -401,12 +424,15 @@ def attention_input_jacobians(x, params: dict, mask=None, i: int | None = None) 
     _, p = scaled_dot_product_attention(q, k, v, mask=mask)
     p_i, s = p[i], 1.0 / np.sqrt(q.shape[-1])
     v_bar = p_i @ v
-    key_value = p_i[:, None, None] * (Wv[None] + s * (Wk @ q[i])[None, :, None] * (v - v_bar)[:, None, :])  # (n, d, d_v)
+    key_value = p_i[:, None, None] * (
+        Wv[None] + s * (Wk @ q[i])[None, :, None] * (v - v_bar)[:, None, :]
+    )  # (n, d, d_v)
     key_value[i] += s * Wq @ ((p_i[:, None] * k).T @ (v - v_bar))  # the query path, j = i only
     return np.swapaxes(key_value @ Wo, -1, -2)
 
 
 # ---------------------------------------------------------------- fitting and timing
+
 
 def loglog_slope(x, y) -> float:
     """Least-squares slope of ``log y`` against ``log x``: the exponent ``a`` in ``y ∝ x^a``."""
@@ -435,8 +461,25 @@ def min_seconds(fn, *args, repeat: int = 5, **kwargs) -> float:
 
 
 __all__ = [
-    "LAYER_KINDS", "MacCounter", "count_macs", "attention_macs", "rnn_macs", "conv_macs",
-    "self_attention_layer", "init_rnn_params", "rnn_layer", "init_conv_params", "conv1d_layer",
-    "LayerGraph", "layer_graph", "hop_distances", "sequential_depth", "layers_to_connect",
-    "perturbation_reach", "rnn_input_jacobians", "attention_input_jacobians", "loglog_slope", "min_seconds",
+    "LAYER_KINDS",
+    "MacCounter",
+    "count_macs",
+    "attention_macs",
+    "rnn_macs",
+    "conv_macs",
+    "self_attention_layer",
+    "init_rnn_params",
+    "rnn_layer",
+    "init_conv_params",
+    "conv1d_layer",
+    "LayerGraph",
+    "layer_graph",
+    "hop_distances",
+    "sequential_depth",
+    "layers_to_connect",
+    "perturbation_reach",
+    "rnn_input_jacobians",
+    "attention_input_jacobians",
+    "loglog_slope",
+    "min_seconds",
 ]

@@ -7,6 +7,7 @@ The same four matrices split into a different number of heads are a different mo
 different d_k and therefore a different scale 1/√d_k, so the parameters carry their head count
 (:class:`MHAParams`) and :func:`multi_head_attention` refuses any other ``h``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,7 @@ def split_heads(x, h: int) -> np.ndarray:
     h = positive_int("h", h)
     if x.shape[-1] % h:
         raise ValueError(f"x last axis ({x.shape[-1]}) must be divisible by h={h}; received shape {x.shape}")
-    n, d = x.shape[-2], x.shape[-1] // h
-    return np.swapaxes(x.reshape(*x.shape[:-1], h, d), -3, -2)
+    return np.swapaxes(x.reshape(*x.shape[:-1], h, x.shape[-1] // h), -3, -2)
 
 
 def merge_heads(x) -> np.ndarray:
@@ -46,8 +46,9 @@ class MHAParams(dict):
         return f"MHAParams(h={self.h}, {', '.join(f'{k}: {v.shape}' for k, v in self.items())})"
 
 
-def init_mha_params(rng: np.random.Generator, d_model: int, h: int, d_k: int | None = None,
-                    d_v: int | None = None) -> MHAParams:
+def init_mha_params(
+    rng: np.random.Generator, d_model: int, h: int, d_k: int | None = None, d_v: int | None = None
+) -> MHAParams:
     """Gaussian weights with variance 1/fan_in, so unit-variance inputs give unit-variance q, k, v.
 
     ``d_k`` and ``d_v`` default to ``d_model // h`` (the Transformer's choice). The result
@@ -60,12 +61,15 @@ def init_mha_params(rng: np.random.Generator, d_model: int, h: int, d_k: int | N
     d_k = d_model // h if d_k is None else positive_int("d_k", d_k)
     d_v = d_model // h if d_v is None else positive_int("d_v", d_v)
     std_in, std_out = d_model**-0.5, (h * d_v) ** -0.5
-    return MHAParams({
-        "W_q": rng.normal(0, std_in, (d_model, h * d_k)),
-        "W_k": rng.normal(0, std_in, (d_model, h * d_k)),
-        "W_v": rng.normal(0, std_in, (d_model, h * d_v)),
-        "W_o": rng.normal(0, std_out, (h * d_v, d_model)),
-    }, h)
+    return MHAParams(
+        {
+            "W_q": rng.normal(0, std_in, (d_model, h * d_k)),
+            "W_k": rng.normal(0, std_in, (d_model, h * d_k)),
+            "W_v": rng.normal(0, std_in, (d_model, h * d_v)),
+            "W_o": rng.normal(0, std_out, (h * d_v, d_model)),
+        },
+        h,
+    )
 
 
 def mha_param_count(d_model: int, h: int, d_k: int | None = None, d_v: int | None = None) -> int:
@@ -96,8 +100,10 @@ def multi_head_attention(x_q, x_kv, params: dict, h: int | None = None, mask=Non
         raise ValueError(f"params is missing {sorted(missing)}")
     if isinstance(params, MHAParams):
         if h is not None and positive_int("h", h) != params.h:
-            raise ValueError(f"h must be the head count the parameters were made for ({params.h}), received "
-                             f"h={h}: splitting them into {h} heads would change d_k and the scale 1/√d_k")
+            raise ValueError(
+                f"h must be the head count the parameters were made for ({params.h}), received "
+                f"h={h}: splitting them into {h} heads would change d_k and the scale 1/√d_k"
+            )
         h = params.h
     elif h is None:
         raise TypeError("h is required when params is a plain dict (init_mha_params records it)")

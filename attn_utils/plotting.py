@@ -3,6 +3,7 @@
 matplotlib is imported when the first figure is made, not with ``attn_utils``: importing the
 package stays fast for code that only computes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,8 +37,7 @@ def use_book_style() -> None:
     matplotlib.rcParams["axes.prop_cycle"] = matplotlib.cycler(color=PALETTE)
 
 
-def figure(ncols: int = 1, nrows: int = 1, *, width: float | None = None, height: float | None = None,
-           **kwargs):
+def figure(ncols: int = 1, nrows: int = 1, *, width: float | None = None, height: float | None = None, **kwargs):
     """``plt.subplots`` in the book's style; ``width``/``height`` in inches (defaults scale with the grid)."""
     import matplotlib.pyplot as plt
 
@@ -48,8 +48,16 @@ def figure(ncols: int = 1, nrows: int = 1, *, width: float | None = None, height
     return fig, axes
 
 
-def attention_heatmap(ax, weights, row_labels=None, col_labels=None, *, title: str | None = None,
-                      annotate: bool = False, vmax: float | None = 1.0):
+def attention_heatmap(
+    ax,
+    weights,
+    row_labels=None,
+    col_labels=None,
+    *,
+    title: str | None = None,
+    annotate: bool = False,
+    vmax: float | None = 1.0,
+):
     """Draw an ``(n_q, n_k)`` attention matrix on ``ax``: rows are queries, columns keys.
 
     Returns the image so the caller can add a colour bar.
@@ -69,6 +77,13 @@ def attention_heatmap(ax, weights, row_labels=None, col_labels=None, *, title: s
         ax.set_title(title)
     if annotate:
         for (i, j), val in np.ndenumerate(w):
-            ax.text(j, i, f"{val:.2f}", ha="center", va="center", fontsize=7,
-                    color="white" if val < 0.6 * (vmax or w.max()) else "black")
+            ax.text(
+                j,
+                i,
+                f"{val:.2f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if val < 0.6 * (vmax or w.max()) else "black",
+            )
     return im

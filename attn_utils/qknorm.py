@@ -15,11 +15,12 @@ Two ways to drop the explicit ``1/√d_k``:
   inverts that bound. :func:`cosine_score` is the same score for the training
   harness (``register_score``).
 """
+
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 import autograd.numpy as anp
 import numpy as np
@@ -61,9 +62,11 @@ def fold_query_scale(params: Params, config: ModelConfig) -> tuple[Params, Model
     if config.scale not in FIXED_SCALES:
         raise ValueError(f"config.scale must be one of {FIXED_SCALES} to fold it, received {config.scale!r}")
     if config.qk_norm or config.share_qk or config.encoder != "attention":
-        raise ValueError("fold_query_scale needs an attention encoder with separate W_Q, W_K and no QK-norm; "
-                         f"received qk_norm={config.qk_norm}, share_qk={config.share_qk}, "
-                         f"encoder={config.encoder!r}")
+        raise ValueError(
+            "fold_query_scale needs an attention encoder with separate W_Q, W_K and no QK-norm; "
+            f"received qk_norm={config.qk_norm}, share_qk={config.share_qk}, "
+            f"encoder={config.encoder!r}"
+        )
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of arrays, received {type(params).__name__}")
     c = config.fixed_scale()
@@ -71,8 +74,7 @@ def fold_query_scale(params: Params, config: ModelConfig) -> tuple[Params, Model
     for l in range(config.n_layers):
         key = f"L{l}.W_q"
         if key not in params:
-            raise ValueError(f"params has no {key!r}: it does not belong to this config "
-                             f"(n_layers={config.n_layers})")
+            raise ValueError(f"params has no {key!r}: it does not belong to this config (n_layers={config.n_layers})")
         out[key] = params[key] * c
     return out, replace(config, scale="none", q_init_scale=config.q_init_scale * c)
 
@@ -102,8 +104,9 @@ def _seed_tuple(seeds) -> tuple[int, ...]:
     return tuple(int(s) for s in seeds)
 
 
-def _optimise(config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params,
-              optimizer: str) -> tuple[np.ndarray, Params]:
+def _optimise(
+    config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params, optimizer: str
+) -> tuple[np.ndarray, Params]:
     """The update loop. lrs[k], epss[k] : (S,) per-seed rate and Adam ε of parameter k.
 
     Returns (loss (steps, S) per seed before each update, final params)."""
@@ -114,7 +117,7 @@ def _optimise(config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, e
         xx, hm = _prepare(q, config, task, x, None)
         logits = _forward_core(q, config, task.per_position, xx, hm)[0]
         values = _per_seed_ce(logits, _prepare_y(task, xx, y))
-        per_seed["loss"] = getval(values)   # the per-seed values, without a second forward pass
+        per_seed["loss"] = getval(values)  # the per-seed values, without a second forward pass
         return anp.sum(values)
 
     vg = value_and_grad(objective)
@@ -145,10 +148,18 @@ def _check_optimizer(optimizer: str) -> None:
         raise ValueError(f"optimizer must be 'sgd' or 'adam', received {optimizer!r}")
 
 
-def train_per_parameter(config: ModelConfig, task: Task, seeds: Sequence[int] = (0,), steps: int = 100,
-                        lr: float = 1e-2, optimizer: str = "sgd", lr_mult: Mapping[str, float] | None = None,
-                        eps_mult: Mapping[str, float] | None = None, batch_size: int = 32,
-                        params: Params | None = None) -> tuple[np.ndarray, Params]:
+def train_per_parameter(
+    config: ModelConfig,
+    task: Task,
+    seeds: Sequence[int] = (0,),
+    steps: int = 100,
+    lr: float = 1e-2,
+    optimizer: str = "sgd",
+    lr_mult: Mapping[str, float] | None = None,
+    eps_mult: Mapping[str, float] | None = None,
+    batch_size: int = 32,
+    params: Params | None = None,
+) -> tuple[np.ndarray, Params]:
     """Train like :func:`attn_utils.train` (same initial parameters, same batches), with per-parameter rates.
 
     Parameter ``k`` is updated with learning rate ``lr · lr_mult[k]`` (default multiplier 1) and,
@@ -175,9 +186,16 @@ def train_per_parameter(config: ModelConfig, task: Task, seeds: Sequence[int] = 
 VARIANT_KEYS = ("lr", "lr_mult", "eps_mult")
 
 
-def train_variants(config: ModelConfig, task: Task, variants: Mapping[str, Mapping], seeds: Sequence[int] = (0,),
-                   steps: int = 100, lr: float = 1e-2, optimizer: str = "sgd",
-                   batch_size: int = 32) -> dict[str, tuple[np.ndarray, Params]]:
+def train_variants(
+    config: ModelConfig,
+    task: Task,
+    variants: Mapping[str, Mapping],
+    seeds: Sequence[int] = (0,),
+    steps: int = 100,
+    lr: float = 1e-2,
+    optimizer: str = "sgd",
+    batch_size: int = 32,
+) -> dict[str, tuple[np.ndarray, Params]]:
     """Several :func:`train_per_parameter` runs of one config, side by side in one vectorised loop.
 
     variants : ``{name: {"lr": …, "lr_mult": {…}, "eps_mult": {…}}}`` (each key optional; ``lr``
@@ -212,8 +230,10 @@ def train_variants(config: ModelConfig, task: Task, variants: Mapping[str, Mappi
     xs, ys = _batches(task, seeds, steps, batch_size)
     xs, ys = np.concatenate([xs] * V, axis=1), np.concatenate([ys] * V, axis=1)
     history, p = _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
-    return {name: (history[:, i * S:(i + 1) * S], {k: v[i * S:(i + 1) * S] for k, v in p.items()})
-            for i, name in enumerate(variants)}
+    return {
+        name: (history[:, i * S : (i + 1) * S], {k: v[i * S : (i + 1) * S] for k, v in p.items()})
+        for i, name in enumerate(variants)
+    }
 
 
 # --------------------------------------------------------------------------- cosine attention
@@ -284,5 +304,13 @@ def register_cosine_score(name: str = "cosine_unit") -> str:
     return name
 
 
-__all__ = ["fold_query_scale", "train_per_parameter", "train_variants", "cosine_logits", "cosine_max_weight",
-           "gain_for_max_weight", "cosine_score", "register_cosine_score"]
+__all__ = [
+    "fold_query_scale",
+    "train_per_parameter",
+    "train_variants",
+    "cosine_logits",
+    "cosine_max_weight",
+    "gain_for_max_weight",
+    "cosine_score",
+    "register_cosine_score",
+]

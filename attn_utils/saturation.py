@@ -4,6 +4,7 @@ floating point rounds the largest probability to exactly 1.
 Both functions work on logits ``x`` scaled by a factor ``a`` (an inverse temperature):
 ``softmax(a · x)``. They are used by the chapter on softmax saturation.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -12,10 +12,11 @@ Used by the chapter "Why √d_k and not another constant?":
   :func:`attn_utils.train` (or :func:`train_scale_rules`), to measure how aligned they became;
 * :func:`running_mean` — a trailing moving average for noisy learning curves.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -58,8 +59,9 @@ def _one_d_array(name: str, values, *, integer: bool) -> np.ndarray:
     return arr
 
 
-def scale_exponent_sweep(rng: np.random.Generator, d_values, alphas, *, n_keys: int = 16,
-                         n_draws: int = 1000, method: str = "direct") -> ScaleSweep:
+def scale_exponent_sweep(
+    rng: np.random.Generator, d_values, alphas, *, n_keys: int = 16, n_draws: int = 1000, method: str = "direct"
+) -> ScaleSweep:
     """Measure the softmax at initialisation under the logit scale ``s = d^(-alpha)``.
 
     The model: ``n_draws`` queries ``q ~ N(0, I_d)``, each with ``n_keys`` keys ``k_j ~ N(0, I_d)``
@@ -107,13 +109,13 @@ def scale_exponent_sweep(rng: np.random.Generator, d_values, alphas, *, n_keys: 
             q = rng.standard_normal((n_draws, d))
             k = rng.standard_normal((n_draws, n_keys, d))
             v = rng.standard_normal((n_draws, n_keys, 1))
-            raw = np.einsum("nkd,nd->nk", k, q)                    # (n_draws, n_keys) unscaled q·k_j
+            raw = np.einsum("nkd,nd->nk", k, q)  # (n_draws, n_keys) unscaled q·k_j
         else:
             g = rng.standard_normal((n_draws, n_keys))
             v = rng.standard_normal((n_draws, n_keys))
-            norm_q = np.sqrt(rng.chisquare(d, n_draws))            # ‖q‖ for q ~ N(0, I_d)
+            norm_q = np.sqrt(rng.chisquare(d, n_draws))  # ‖q‖ for q ~ N(0, I_d)
             chi_rest = rng.chisquare(d - 1, n_draws) if d > 1 else np.zeros(n_draws)
-            raw = norm_q[:, None] * g                              # q·k_j given q is N(0, ‖q‖²), iid over j
+            raw = norm_q[:, None] * g  # q·k_j given q is N(0, ‖q‖²), iid over j
         for a, alpha in enumerate(alphas):
             s = float(d) ** -float(alpha)
             z = s * raw
@@ -124,7 +126,7 @@ def scale_exponent_sweep(rng: np.random.Generator, d_values, alphas, *, n_keys: 
             if method == "direct":
                 grad = np.linalg.norm(attention_query_jacobian(q, k, v, scale=s)[:, 0, :], axis=-1)
             else:
-                w = p * (v - np.sum(p * v, axis=-1, keepdims=True))   # J v without forming J
+                w = p * (v - np.sum(p * v, axis=-1, keepdims=True))  # J v without forming J
                 grad = s * np.sqrt(np.sum(w * g, axis=-1) ** 2 + np.sum(w * w, axis=-1) * chi_rest)
             out["grad_median"][a, j] = np.median(grad)
             out["grad_mean"][a, j] = np.mean(grad)
@@ -153,8 +155,8 @@ def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.nda
         raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
     if not isinstance(params, dict) or "L0.W_q" not in params:
         raise TypeError("params must be the dict of a TrainResult (with 'E' and 'L0.W_q')")
-    x, _ = _prepare(params, config, task, x, None)          # validates config, task, params and x
-    h0 = _embed(params, config, x)                          # (S, B, n, d)
+    x, _ = _prepare(params, config, task, x, None)  # validates config, task, params and x
+    h0 = _embed(params, config, x)  # (S, B, n, d)
     q = np.asarray(_heads(h0, params["L0.W_q"]), dtype=np.float64)
     k = q if config.share_qk else np.asarray(_heads(h0, params["L0.W_k"]), dtype=np.float64)
     return q, k
@@ -195,12 +197,22 @@ class ScaleRuleRuns:
     def params_of(self, m: int) -> dict:
         """Parameters of member ``m``, each (S, …), for :func:`query_key_vectors` with :attr:`config`."""
         S = len(self.seeds)
-        return {k: v[m * S:(m + 1) * S] for k, v in self.params.items()}
+        return {k: v[m * S : (m + 1) * S] for k, v in self.params.items()}
 
 
-def train_scale_rules(task, members: Sequence[tuple], seeds: Sequence[int] = range(8), *, d_model: int = 32,
-                      d_k: int, steps: int = 300, batch_size: int = 32, eval_size: int = 512,
-                      learned_scale_init: float = 1.0, dtype: str = "float64") -> ScaleRuleRuns:
+def train_scale_rules(
+    task,
+    members: Sequence[tuple],
+    seeds: Sequence[int] = range(8),
+    *,
+    d_model: int = 32,
+    d_k: int,
+    steps: int = 300,
+    batch_size: int = 32,
+    eval_size: int = 512,
+    learned_scale_init: float = 1.0,
+    dtype: str = "float64",
+) -> ScaleRuleRuns:
     """Train one-layer, one-head attention models (:func:`attn_utils.train`'s model and Adam) for
     several (scale rule, learning rate) members at once.
 
@@ -221,15 +233,24 @@ def train_scale_rules(task, members: Sequence[tuple], seeds: Sequence[int] = ran
     from autograd import value_and_grad
     from autograd.tracer import getval
 
-    from .threads import single_thread_blas
-    from .training import SCALE_RULES, ModelConfig, _check_seeds, _forward_core, _per_seed_ce, _stacked_batches, \
-        evaluate, init_params  # local import: training imports nothing from here
     from .tasks import TaskBatch
+    from .threads import single_thread_blas
+    from .training import (
+        SCALE_RULES,
+        ModelConfig,
+        _check_seeds,
+        _forward_core,
+        _per_seed_ce,
+        _stacked_batches,
+        evaluate,  # local import: training imports nothing from here
+        init_params,
+    )
     from .validation import positive_scalar
 
     seeds = _check_seeds(seeds)
-    steps, batch_size, eval_size = (positive_int(n, v) for n, v in
-                                    (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size)))
+    steps, batch_size, eval_size = (
+        positive_int(n, v) for n, v in (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size))
+    )
     members = tuple(members)
     if not members:
         raise ValueError("members must hold at least one (rule, lr) pair")
@@ -247,17 +268,20 @@ def train_scale_rules(task, members: Sequence[tuple], seeds: Sequence[int] = ran
     learned_scale_init = positive_scalar("learned_scale_init", learned_scale_init)
     config = ModelConfig(d_model=d_model, d_k=d_k, scale="learned", learned_scale_init=learned_scale_init, dtype=dtype)
     M, S = len(members), len(seeds)
-    fixed = {rule: ModelConfig(d_model=d_model, d_k=d_k, scale=rule).fixed_scale() for rule in SCALE_RULES
-             if rule != "learned"}
+    fixed = {
+        rule: ModelConfig(d_model=d_model, d_k=d_k, scale=rule).fixed_scale()
+        for rule in SCALE_RULES
+        if rule != "learned"
+    }
     log_c = np.array([np.log(learned_scale_init if rule == "learned" else fixed[rule]) for rule, _ in members])
-    learns = np.repeat([rule == "learned" for rule, _ in members], S)                  # (M·S,)
-    base = init_params(config, task, seeds)                                            # (S, …) per entry
-    params = {k: np.concatenate([v] * M) for k, v in base.items()}                     # member-major (M·S, …)
-    params["L0.log_scale"] = np.repeat(log_c, S)[:, None].astype(dtype)                # (M·S, 1 head)
-    lr = np.repeat([lr for _, lr in members], S).astype(dtype)                         # (M·S,)
+    learns = np.repeat([rule == "learned" for rule, _ in members], S)  # (M·S,)
+    base = init_params(config, task, seeds)  # (S, …) per entry
+    params = {k: np.concatenate([v] * M) for k, v in base.items()}  # member-major (M·S, …)
+    params["L0.log_scale"] = np.repeat(log_c, S)[:, None].astype(dtype)  # (M·S, 1 head)
+    lr = np.repeat([lr for _, lr in members], S).astype(dtype)  # (M·S,)
 
     data = _stacked_batches(task, seeds, 1, steps * batch_size)
-    xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)                      # (steps, S, B, n)
+    xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)  # (steps, S, B, n)
     ys = data.y.reshape((S, steps, batch_size) + data.y.shape[2:]).swapaxes(0, 1)
     head_on = config.head_mask_array()
     log: dict = {}
@@ -266,22 +290,22 @@ def train_scale_rules(task, members: Sequence[tuple], seeds: Sequence[int] = ran
         logits = _forward_core(p, config, task.per_position, x, head_on, None)[0]
         per_seed = _per_seed_ce(logits, y)
         log["loss"] = getval(per_seed)
-        return anp.sum(per_seed)                    # seeds and members do not interact: one gradient call
+        return anp.sum(per_seed)  # seeds and members do not interact: one gradient call
 
     vg = value_and_grad(objective)
-    beta1, beta2, eps = 0.9, 0.999, 1e-8                                               # as attn_utils.train's Adam
+    beta1, beta2, eps = 0.9, 0.999, 1e-8  # as attn_utils.train's Adam
     mom = {k: np.zeros_like(v) for k, v in params.items()}
     sec = {k: np.zeros_like(v) for k, v in params.items()}
     losses = np.empty((steps, M * S))
-    lr_b = {k: lr.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()}     # per-member lr, broadcastable
+    lr_b = {k: lr.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()}  # per-member lr, broadcastable
     frozen = ~learns[:, None]
-    xs_all, ys_all = np.concatenate([xs] * M, axis=1), np.concatenate([ys] * M, axis=1)   # (steps, M·S, B, …)
+    xs_all, ys_all = np.concatenate([xs] * M, axis=1), np.concatenate([ys] * M, axis=1)  # (steps, M·S, B, …)
     with single_thread_blas():
         for t in range(1, steps + 1):
             _, grads = vg(params, xs_all[t - 1], ys_all[t - 1])
             losses[t - 1] = log["loss"]
-            grads["L0.log_scale"][frozen] = 0.0                                        # fixed rules: frozen
-            c1, c2 = 1 - beta1 ** t, 1 - beta2 ** t
+            grads["L0.log_scale"][frozen] = 0.0  # fixed rules: frozen
+            c1, c2 = 1 - beta1**t, 1 - beta2**t
             for k in params:
                 # the harness's Adam, operation for operation, written in place (fewer temporaries)
                 g, m, v = grads[k], mom[k], sec[k]
@@ -295,12 +319,24 @@ def train_scale_rules(task, members: Sequence[tuple], seeds: Sequence[int] = ran
                 upd /= denom
                 params[k] = params[k] - upd
         held_out = _stacked_batches(task, seeds, 2, eval_size)
-        tiled = TaskBatch(np.concatenate([held_out.x] * M), np.concatenate([held_out.y] * M),
-                          {k: np.concatenate([v] * M) for k, v in held_out.info.items()})
+        tiled = TaskBatch(
+            np.concatenate([held_out.x] * M),
+            np.concatenate([held_out.y] * M),
+            {k: np.concatenate([v] * M) for k, v in held_out.info.items()},
+        )
         ev = evaluate(params, config, task, tiled)
-    return ScaleRuleRuns(members, seeds, losses.reshape(steps, M, S), ev["accuracy"].reshape(M, S),
-                         ev["loss"].reshape(M, S), np.exp(params["L0.log_scale"][:, 0]).reshape(M, S),
-                         params, config, task, held_out)
+    return ScaleRuleRuns(
+        members,
+        seeds,
+        losses.reshape(steps, M, S),
+        ev["accuracy"].reshape(M, S),
+        ev["loss"].reshape(M, S),
+        np.exp(params["L0.log_scale"][:, 0]).reshape(M, S),
+        params,
+        config,
+        task,
+        held_out,
+    )
 
 
 def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
@@ -319,5 +355,11 @@ def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
     return np.moveaxis(out / counts, 0, axis)
 
 
-__all__ = ["ScaleSweep", "scale_exponent_sweep", "ScaleRuleRuns", "train_scale_rules", "query_key_vectors",
-           "running_mean"]
+__all__ = [
+    "ScaleSweep",
+    "scale_exponent_sweep",
+    "ScaleRuleRuns",
+    "train_scale_rules",
+    "query_key_vectors",
+    "running_mean",
+]

@@ -36,6 +36,7 @@ Counting convention (:class:`ScoreCost`): ``macs`` = multiply-adds inside matrix
 of exp, tanh, sqrt, counted apart because their price varies by machine; ``peak`` = elements of
 the largest array created. ``flops = 2·macs + elementwise``.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,16 @@ from .softmax import softmax
 from .training import SCORES, register_score
 from .validation import as_float_array, check_same_leading, positive_int
 
-SCORE_NAMES: tuple[str, ...] = ("dot", "scaled_dot", "bilinear", "additive", "cosine", "distance",
-                                "linear_elu", "sigmoid")
+SCORE_NAMES: tuple[str, ...] = (
+    "dot",
+    "scaled_dot",
+    "bilinear",
+    "additive",
+    "cosine",
+    "distance",
+    "linear_elu",
+    "sigmoid",
+)
 """The chapter's scores, in the order its tables and figures use."""
 
 
@@ -136,7 +145,7 @@ class _Ops:
         out = _unit_prim(x)
         if self.cost is not None:
             rows = np.size(x) // x.shape[-1]
-            self._tally(out, "elementwise", 3 * np.size(x))   # x·x (n·d), row sums (n·d − n), + ε (n), ÷ (n·d)
+            self._tally(out, "elementwise", 3 * np.size(x))  # x·x (n·d), row sums (n·d − n), + ε (n), ÷ (n·d)
             self._tally(out, "transcendental", rows)
         return out
 
@@ -187,8 +196,14 @@ def _unit_prim(x):
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _EPS)
 
 
-defvjp(_unit_prim, lambda ans, x: lambda g: (g - ans * np.sum(g * ans, axis=-1, keepdims=True))
-       / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _EPS))
+defvjp(
+    _unit_prim,
+    lambda ans, x: (
+        lambda g: (
+            (g - ans * np.sum(g * ans, axis=-1, keepdims=True)) / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + _EPS)
+        )
+    ),
+)
 
 
 def _t(x):
@@ -212,7 +227,9 @@ def _bilinear_core(ops, q, k, prm):
 
 def _additive_core(ops, q, k, prm):
     # expand_dims, not q[..., :, None, :]: autograd differentiates indexing with np.add.at, which is slow
-    hidden = ops.tanh(ops.add(anp.expand_dims(q, -2), anp.expand_dims(k, -3)))  # (..., n_q, n_k, d): a tanh unit per pair
+    hidden = ops.tanh(
+        ops.add(anp.expand_dims(q, -2), anp.expand_dims(k, -3))
+    )  # (..., n_q, n_k, d): a tanh unit per pair
     return ops.matmul(hidden, prm["v_col"])[..., 0]
 
 
@@ -222,9 +239,9 @@ def _cosine_core(ops, q, k, prm):
 
 def _distance_core(ops, q, k, prm):
     c = 0.5 * q.shape[-1] ** -0.5
-    qq = ops.rowsum(ops.mul(q, q))                       # (..., n_q, 1)
-    kk = ops.rowsum(ops.mul(k, k))                       # (..., n_k, 1)
-    cross = ops.matmul(ops.mul(q, 2 * c), _t(k))         # 2c · q·k
+    qq = ops.rowsum(ops.mul(q, q))  # (..., n_q, 1)
+    kk = ops.rowsum(ops.mul(k, k))  # (..., n_k, 1)
+    cross = ops.matmul(ops.mul(q, 2 * c), _t(k))  # 2c · q·k
     return ops.sub(ops.sub(cross, ops.mul(qq, c)), _t(ops.mul(kk, c)))
 
 
@@ -240,18 +257,25 @@ def _sigmoid_core(ops, q, k, prm):
     return ops.sub(_scaled_dot_core(ops, q, k, prm), math.log(k.shape[-2]))
 
 
-_CORES = {"dot": _dot_core, "scaled_dot": _scaled_dot_core, "bilinear": _bilinear_core,
-          "additive": _additive_core, "cosine": _cosine_core, "distance": _distance_core,
-          "linear_elu": _linear_elu_core, "sigmoid": _sigmoid_core}
+_CORES = {
+    "dot": _dot_core,
+    "scaled_dot": _scaled_dot_core,
+    "bilinear": _bilinear_core,
+    "additive": _additive_core,
+    "cosine": _cosine_core,
+    "distance": _distance_core,
+    "linear_elu": _linear_elu_core,
+    "sigmoid": _sigmoid_core,
+}
 
 
 # --------------------------------------------------------------------------- parameters (one source)
 def _bilinear_init(rng, n_heads, d_k, d_model):
-    return {"W": rng.normal(0.0, d_k ** -0.5, (n_heads, d_k, d_k))}
+    return {"W": rng.normal(0.0, d_k**-0.5, (n_heads, d_k, d_k))}
 
 
 def _additive_init(rng, n_heads, d_k, d_model):
-    return {"v": rng.normal(0.0, d_k ** -0.5, (n_heads, d_k))}
+    return {"v": rng.normal(0.0, d_k**-0.5, (n_heads, d_k))}
 
 
 def _cosine_init(rng, n_heads, d_k, d_model):
@@ -273,20 +297,27 @@ def _harness_fn(name: str):
 
     # harness parameters are (S, H, …); q, k are (S, B, H, n, d_k)
     if name == "bilinear":
+
         def fn(q, k, params):
-            return core(ops, q, k, {"W": params["W"]})   # (S, H, d, d): see _Ops.matmul_weight
+            return core(ops, q, k, {"W": params["W"]})  # (S, H, d, d): see _Ops.matmul_weight
     elif name == "additive":
+
         def fn(q, k, params):
             return core(ops, q, k, {"v_col": params["v"][:, None, :, None, :, None]})
     elif name == "cosine":
+
         def fn(q, k, params):
             return core(ops, q, k, {"gain": anp.exp(params["log_gain"])[:, None, :, None, None]})
     else:
+
         def fn(q, k, params):
             return core(ops, q, k, {})
+
     fn.__name__ = f"{name}_score"
-    fn.__doc__ = (f"Harness score {name!r}: q (S, B, H, n_q, d_k), k (S, B, H, n_k, d_k) → (S, B, H, n_q, n_k); "
-                  f"see attn_utils.scores.")
+    fn.__doc__ = (
+        f"Harness score {name!r}: q (S, B, H, n_q, d_k), k (S, B, H, n_k, d_k) → (S, B, H, n_q, n_k); "
+        f"see attn_utils.scores."
+    )
     fn._attn_utils_scores = name  # marks our registration, so a module reload may replace it
     return fn
 
@@ -296,8 +327,9 @@ def _register_all() -> None:
         old = SCORES.get(name)
         if old is not None and getattr(old.fn, "_attn_utils_scores", None) != name:
             raise ValueError(f"score {name!r} is already registered by another module")
-        register_score(name, _harness_fn(name), _INITS.get(name), weights=_WEIGHTS.get(name, "softmax"),
-                       overwrite=old is not None)
+        register_score(
+            name, _harness_fn(name), _INITS.get(name), weights=_WEIGHTS.get(name, "softmax"), overwrite=old is not None
+        )
 
 
 _register_all()
@@ -331,8 +363,9 @@ def _numpy_params(name: str, params, d: int, dtype) -> dict:
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict (from init_score_params), received {type(params).__name__}")
     if set(params) != set(want):
-        raise ValueError(f"score {name!r} with d={d} needs params with keys {sorted(want)}, "
-                         f"received keys {sorted(params)}")
+        raise ValueError(
+            f"score {name!r} with d={d} needs params with keys {sorted(want)}, received keys {sorted(params)}"
+        )
     arrays = {}
     for key, shape in want.items():
         arr = as_float_array(f"params[{key!r}]", params[key], min_ndim=0)
@@ -478,10 +511,20 @@ def linear_attention(q, k, v, *, order: str = "linear", counter: ScoreCost | Non
     if order == "quadratic":
         a = ops.matmul(fq, _t(fk))
         return np.asarray(ops.div(ops.matmul(a, v), ops.rowsum(a)))
-    kv = ops.matmul(_t(fk), v)                                   # (..., d, d_v)
-    ksum = _t(ops.rowsum(_t(fk)))                                # (..., 1, d)
+    kv = ops.matmul(_t(fk), v)  # (..., d, d_v)
+    ksum = _t(ops.rowsum(_t(fk)))  # (..., 1, d)
     return np.asarray(ops.div(ops.matmul(fq, kv), ops.rowsum(ops.mul(fq, ksum))))
 
 
-__all__ = ["SCORE_NAMES", "ScoreCost", "init_score_params", "score", "weight_rule", "score_weights",
-           "score_cost", "score_param_count", "sample_init_logits", "linear_attention"]
+__all__ = [
+    "SCORE_NAMES",
+    "ScoreCost",
+    "init_score_params",
+    "score",
+    "weight_rule",
+    "score_weights",
+    "score_cost",
+    "score_param_count",
+    "sample_init_logits",
+    "linear_attention",
+]

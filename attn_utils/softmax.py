@@ -4,6 +4,7 @@ The ``*_core`` functions are written with ``autograd.numpy`` so the training
 code can differentiate through them; the public functions validate their
 arguments first and then call the same core, so there is one implementation.
 """
+
 from __future__ import annotations
 
 import autograd.numpy as anp
@@ -42,12 +43,12 @@ def _softmax_rows(x: np.ndarray) -> None:
     if not np.isfinite(big).all():
         if (big == np.inf).any():
             raise FloatingPointError("a row of the softmax input holds +inf")
-        big[~np.isfinite(big)] = 0.0      # a fully masked row: exp(-inf) = 0 below, total 0
+        big[~np.isfinite(big)] = 0.0  # a fully masked row: exp(-inf) = 0 below, total 0
     x -= big
     np.exp(x, out=x)
     total = np.sum(x, axis=-1, keepdims=True)
-    total[total == 0] = 1.0               # fully masked rows stay all zeros
-    np.reciprocal(total, out=total)       # one division per row, then a multiply per entry
+    total[total == 0] = 1.0  # fully masked rows stay all zeros
+    np.reciprocal(total, out=total)  # one division per row, then a multiply per entry
     x *= total
 
 
@@ -66,12 +67,12 @@ def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
     if rows.size == 0:
         return x
     if not rows.flags.c_contiguous:
-        _softmax_rows(rows)                   # a strided view (axis != -1): one pass, no tiles
+        _softmax_rows(rows)  # a strided view (axis != -1): one pass, no tiles
         return x
-    flat = rows.reshape(-1, rows.shape[-1])   # a view: rows is C-contiguous
+    flat = rows.reshape(-1, rows.shape[-1])  # a view: rows is C-contiguous
     step = max(1, _TILE_ENTRIES // max(1, flat.shape[-1]))
     for r in range(0, flat.shape[0], step):
-        _softmax_rows(flat[r:r + step])
+        _softmax_rows(flat[r : r + step])
     return x
 
 
@@ -144,7 +145,9 @@ def softmax_jacobian(p) -> np.ndarray:
     """
     p = as_float_array("p", p)
     if (p < 0).any() or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-6):
-        raise ValueError(f"p must be probability vectors along the last axis (non-negative, summing to 1); shape {p.shape}")
+        raise ValueError(
+            f"p must be probability vectors along the last axis (non-negative, summing to 1); shape {p.shape}"
+        )
     return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
 
 
@@ -161,5 +164,12 @@ def jacobian_frobenius_sq(p) -> np.ndarray:
     return s2 - 2 * np.sum(p**3, axis=-1) + s2**2
 
 
-__all__ = ["softmax", "softmax_core", "softmax_inplace", "log_softmax", "entropy", "softmax_jacobian",
-           "jacobian_frobenius_sq"]
+__all__ = [
+    "softmax",
+    "softmax_core",
+    "softmax_inplace",
+    "log_softmax",
+    "entropy",
+    "softmax_jacobian",
+    "jacobian_frobenius_sq",
+]

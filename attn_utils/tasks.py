@@ -24,11 +24,12 @@ Which task shows what:
 :func:`two_relation_task`  target needs tokens i−1 *and* i−2 (or 0) at once (ch. 9)
 =========================  =========================================================
 """
+
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 import numpy as np
 
@@ -125,9 +126,9 @@ def recall_task(n_pairs: int = 4, n_keys: int = 8, n_values: int = 8, layout: st
         raise ValueError(f"layout must be 'fused' or 'interleaved', received {layout!r}")
 
     def sample(rng: np.random.Generator, batch: int) -> TaskBatch:
-        keys = _distinct_rows(rng, batch, n_keys, n_pairs)                 # (batch, P)
-        values = rng.integers(0, n_values, size=(batch, n_pairs))           # (batch, P)
-        which = rng.integers(0, n_pairs, size=batch)                        # (batch,)
+        keys = _distinct_rows(rng, batch, n_keys, n_pairs)  # (batch, P)
+        values = rng.integers(0, n_values, size=(batch, n_pairs))  # (batch, P)
+        which = rng.integers(0, n_pairs, size=batch)  # (batch,)
         rows = np.arange(batch)
         query, target = keys[rows, which], values[rows, which]
         if layout == "fused":
@@ -143,8 +144,15 @@ def recall_task(n_pairs: int = 4, n_keys: int = 8, n_values: int = 8, layout: st
         vocab, n = n_keys + n_keys * n_values, n_pairs + 1
     else:
         vocab, n = n_keys + n_values, 2 * n_pairs + 1
-    return Task("recall", vocab, n, n_values, False, sample,
-                {"n_pairs": n_pairs, "n_keys": n_keys, "n_values": n_values, "layout": layout})
+    return Task(
+        "recall",
+        vocab,
+        n,
+        n_values,
+        False,
+        sample,
+        {"n_pairs": n_pairs, "n_keys": n_keys, "n_values": n_values, "layout": layout},
+    )
 
 
 # --------------------------------------------------------------------------- copy
@@ -215,8 +223,7 @@ def keyword_task(n: int = 8, n_filler: int = 16, n_keywords: int = 4) -> Task:
         x[:, -1] = cls
         return TaskBatch(x.astype(np.int64), label.astype(np.int64), {"keyword_pos": pos})
 
-    return Task("keyword", cls + 1, n, 2, False, sample,
-                {"n": n, "n_filler": n_filler, "n_keywords": n_kw})
+    return Task("keyword", cls + 1, n, 2, False, sample, {"n": n, "n_filler": n_filler, "n_keywords": n_kw})
 
 
 # --------------------------------------------------------------------------- two relations
@@ -240,7 +247,7 @@ def two_relation_task(n: int = 12, vocab: int = 8, other: str = "first") -> Task
 
     def sample(rng: np.random.Generator, batch: int) -> TaskBatch:
         x = rng.integers(0, v, size=(batch, n))
-        a = x[:, 1:-1]                                                  # x[i-1] for i = 2..n-1
+        a = x[:, 1:-1]  # x[i-1] for i = 2..n-1
         b = x[:, :-2] if other == "prev2" else np.repeat(x[:, :1], n - 2, axis=1)
         y = np.concatenate([np.full((batch, 2), IGNORE), a * v + b], axis=1)
         return TaskBatch(x.astype(np.int64), y.astype(np.int64))
@@ -248,5 +255,14 @@ def two_relation_task(n: int = 12, vocab: int = 8, other: str = "first") -> Task
     return Task("two_relation", v, n, v * v, True, sample, {"n": n, "vocab": v, "other": other})
 
 
-__all__ = ["IGNORE", "Task", "TaskBatch", "as_generator", "recall_task", "copy_task",
-           "previous_token_task", "keyword_task", "two_relation_task"]
+__all__ = [
+    "IGNORE",
+    "Task",
+    "TaskBatch",
+    "as_generator",
+    "recall_task",
+    "copy_task",
+    "previous_token_task",
+    "keyword_task",
+    "two_relation_task",
+]

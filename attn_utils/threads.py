@@ -5,6 +5,7 @@
 The package starts no threads of its own: numpy and BLAS are the only parallelism, so every
 function is safe to call from any thread and in a child process after ``fork``.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -50,14 +50,13 @@ Score functions
 adds one (a function ``fn(q, k, params)`` returning raw scores, an optional
 initialiser for its own parameters, and how scores become weights).
 """
+
 from __future__ import annotations
 
-import contextlib
-import functools
 import numbers
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import autograd.numpy as anp
 import numpy as np
@@ -107,8 +106,9 @@ SCORES: dict[str, ScoreSpec] = {"dot": ScoreSpec(_dot_score)}
 """Registered score functions; :func:`register_score` adds more."""
 
 
-def register_score(name: str, fn: Callable, init: Callable | None = None, weights: str = "softmax",
-                   overwrite: bool = False) -> ScoreSpec:
+def register_score(
+    name: str, fn: Callable, init: Callable | None = None, weights: str = "softmax", overwrite: bool = False
+) -> ScoreSpec:
     """Add a score function to :data:`SCORES` (see :class:`ScoreSpec` for the signatures)."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, received {name!r}")
@@ -173,15 +173,21 @@ class ModelConfig:
             if getattr(self, name) is not None:
                 positive_int(name, getattr(self, name))
             elif self.d_model % self.n_heads:
-                raise ValueError(f"{name} must be given when d_model={self.d_model} is not divisible "
-                                 f"by n_heads={self.n_heads}")
-        for name, allowed in (("scale", SCALE_RULES), ("encoder", ENCODERS),
-                              ("positional", POSITIONAL), ("readout", READOUTS)):
+                raise ValueError(
+                    f"{name} must be given when d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+                )
+        for name, allowed in (
+            ("scale", SCALE_RULES),
+            ("encoder", ENCODERS),
+            ("positional", POSITIONAL),
+            ("readout", READOUTS),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, received {getattr(self, name)!r}")
         if self.score not in SCORES:
-            raise ValueError(f"score must be one of {tuple(SCORES)} (register_score adds more), "
-                             f"received {self.score!r}")
+            raise ValueError(
+                f"score must be one of {tuple(SCORES)} (register_score adds more), received {self.score!r}"
+            )
         for name in ("share_qk", "qk_norm", "causal"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, received {type(getattr(self, name)).__name__}")
@@ -207,8 +213,8 @@ class ModelConfig:
         """The constant ``c`` of the scale rule (for ``"learned"``: its initial value)."""
         d_k = self.head_dim
         if self.scale == "learned":
-            return d_k ** -0.5 if self.learned_scale_init is None else float(self.learned_scale_init)
-        return {"none": 1.0, "quarter": d_k ** -0.25, "sqrt": d_k ** -0.5, "linear": 1.0 / d_k}[self.scale]
+            return d_k**-0.5 if self.learned_scale_init is None else float(self.learned_scale_init)
+        return {"none": 1.0, "quarter": d_k**-0.25, "sqrt": d_k**-0.5, "linear": 1.0 / d_k}[self.scale]
 
     def head_mask_array(self, head_mask=None) -> np.ndarray:
         """``head_mask`` (or the config's) as float (n_layers, n_heads); all ones if ``None``."""
@@ -220,8 +226,10 @@ class ModelConfig:
         if arr.shape == (self.n_heads,):
             arr = np.broadcast_to(arr, shape)
         if arr.shape != shape:
-            raise ValueError(f"head_mask must have shape (n_heads,) = ({self.n_heads},) or (n_layers, n_heads) "
-                             f"= {shape}, received shape {arr.shape}")
+            raise ValueError(
+                f"head_mask must have shape (n_heads,) = ({self.n_heads},) or (n_layers, n_heads) "
+                f"= {shape}, received shape {arr.shape}"
+            )
         if not np.isin(arr, (0.0, 1.0)).all():
             raise ValueError(f"head_mask entries must be 0 or 1, received {np.unique(arr)}")
         return np.array(arr)
@@ -247,15 +255,15 @@ def _init_one(seed: int, cfg: ModelConfig, task: Task) -> Params:
     rng = np.random.default_rng([seed, 0])
     d, H, dk, dv = cfg.d_model, cfg.n_heads, cfg.head_dim, cfg.value_dim
     V, n, C = task.vocab_size, task.seq_len, task.n_classes
-    emb_std = 0.5 ** 0.5  # token + position then have unit variance per feature
+    emb_std = 0.5**0.5  # token + position then have unit variance per feature
     p: Params = {"E": rng.normal(0, emb_std, (V, d))}
     pos = rng.normal(0, emb_std, (n, d))
     if cfg.positional == "learned":
         p["P"] = pos
     for l in range(cfg.n_layers):
-        w_q = rng.normal(0, d ** -0.5, (d, H, dk))
-        w_k = rng.normal(0, d ** -0.5, (d, H, dk))
-        w_v = rng.normal(0, d ** -0.5, (d, H, dv))
+        w_q = rng.normal(0, d**-0.5, (d, H, dk))
+        w_k = rng.normal(0, d**-0.5, (d, H, dk))
+        w_v = rng.normal(0, d**-0.5, (d, H, dv))
         w_o = rng.normal(0, (H * dv) ** -0.5, (H, dv, d))
         if cfg.encoder != "attention":
             continue
@@ -272,15 +280,15 @@ def _init_one(seed: int, cfg: ModelConfig, task: Task) -> Params:
             # a separate stream, so adding a score never shifts the other parameters
             extra = spec.init(np.random.default_rng([seed, 3, l]), H, dk, d)
             p.update({f"L{l}.score.{k}": np.asarray(v, dtype=float) for k, v in extra.items()})
-    p["W_out"] = rng.normal(0, d ** -0.5, (d, C))
+    p["W_out"] = rng.normal(0, d**-0.5, (d, C))
     p["b_out"] = np.zeros(C)
     if cfg.encoder != "attention":
-        p["W_enc"] = rng.normal(0, d ** -0.5, (d, d))
+        p["W_enc"] = rng.normal(0, d**-0.5, (d, d))
         p["b_enc"] = np.zeros(d)
         if cfg.encoder == "last_state":
-            p["W_rec"] = rng.normal(0, d ** -0.5, (d, d)) * 0.5  # keeps the RNN contractive at init
+            p["W_rec"] = rng.normal(0, d**-0.5, (d, d)) * 0.5  # keeps the RNN contractive at init
         if task.per_position:
-            p["W_dec"] = rng.normal(0, d ** -0.5, (d, d))
+            p["W_dec"] = rng.normal(0, d**-0.5, (d, d))
             p["P_dec"] = rng.normal(0, 1.0, (n, d))
     return p
 
@@ -342,7 +350,10 @@ def _weights(logits, rule: str, mask):
 
 
 def _attention_layer(p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray, log: dict | None):
-    """One multi-head attention block (the caller adds the residual): h (S, B, n, d) → (output (S, B, n, d), weights (S, B, H, n, n))."""
+    """One multi-head attention block (the caller adds the residual).
+
+    h (S, B, n, d) → (output (S, B, n, d), weights (S, B, H, n, n)).
+    """
     S, B, n, d = h.shape
     pre = f"L{l}."
     w_q = p[pre + "W_q"]
@@ -352,10 +363,10 @@ def _attention_layer(p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray
     dk = cfg.head_dim
     if cfg.qk_norm:
         # length sqrt(d_k): what an unscaled unit-variance q has, so init logits match plain attention
-        q = q * (dk ** 0.5 / anp.sqrt(anp.sum(q * q, axis=-1, keepdims=True) + 1e-12))
-        k = q if cfg.share_qk else k * (dk ** 0.5 / anp.sqrt(anp.sum(k * k, axis=-1, keepdims=True) + 1e-12))
+        q = q * (dk**0.5 / anp.sqrt(anp.sum(q * q, axis=-1, keepdims=True) + 1e-12))
+        k = q if cfg.share_qk else k * (dk**0.5 / anp.sqrt(anp.sum(k * k, axis=-1, keepdims=True) + 1e-12))
     spec = SCORES[cfg.score]
-    score_params = {key[len(pre + "score."):]: val for key, val in p.items() if key.startswith(pre + "score.")}
+    score_params = {key[len(pre + "score.") :]: val for key, val in p.items() if key.startswith(pre + "score.")}
     logits = spec.fn(q, k, score_params)
     if cfg.scale == "learned":
         logits = logits * anp.reshape(anp.exp(p[pre + "log_scale"]), (S, 1, -1, 1, 1))
@@ -373,7 +384,7 @@ def _attention_layer(p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray
         wv = getval(weights)
         ent = -np.sum(wv * np.log(np.where(wv > 0, wv, 1.0)), axis=-1).mean(axis=(1, 2, 3))
         log["attn_entropy"] = log.get("attn_entropy", 0.0) + ent / cfg.n_layers
-    heads = anp.matmul(weights, v) * np.asarray(head_on, cfg.dtype)[..., :, None, None]   # (S, B, H, n, dv)
+    heads = anp.matmul(weights, v) * np.asarray(head_on, cfg.dtype)[..., :, None, None]  # (S, B, H, n, dv)
     H, dv = heads.shape[2], heads.shape[4]
     merged = anp.reshape(anp.transpose(heads, (0, 1, 3, 2, 4)), (S, B * n, H * dv))
     out = anp.matmul(merged, anp.reshape(p[pre + "W_o"], (S, H * dv, d)))
@@ -388,8 +399,15 @@ def _readout(p: Params, z):
     return anp.reshape(flat, (S,) + lead + (p["W_out"].shape[-1],))
 
 
-def _forward_core(p: Params, cfg: ModelConfig, per_position: bool, x: np.ndarray, head_on: np.ndarray,
-                  log: dict | None = None, keep_weights: bool = False):
+def _forward_core(
+    p: Params,
+    cfg: ModelConfig,
+    per_position: bool,
+    x: np.ndarray,
+    head_on: np.ndarray,
+    log: dict | None = None,
+    keep_weights: bool = False,
+):
     """Logits (S, B, n, C) or (S, B, C), plus attention weights per layer if asked."""
     S = p["E"].shape[0]
     h = _embed(p, cfg, x)
@@ -405,8 +423,9 @@ def _forward_core(p: Params, cfg: ModelConfig, per_position: bool, x: np.ndarray
         z = h[:, :, -1, :] if cfg.readout == "last" else anp.mean(h, axis=2)
         return _readout(p, z), all_w
     B, n, d = h.shape[1], h.shape[2], h.shape[3]
-    pre = anp.reshape(anp.matmul(anp.reshape(h, (S, B * n, d)), p["W_enc"]), (S, B, n, d)) \
-        + p["b_enc"][:, None, None, :]
+    pre = (
+        anp.reshape(anp.matmul(anp.reshape(h, (S, B * n, d)), p["W_enc"]), (S, B, n, d)) + p["b_enc"][:, None, None, :]
+    )
     if cfg.encoder == "mean_pool":
         z = anp.mean(anp.tanh(pre), axis=2)
     else:
@@ -447,16 +466,19 @@ def _prepare(params: Params, config: ModelConfig, task: Task, x, head_mask) -> t
     if x.ndim == 2:
         x = np.broadcast_to(x, (S,) + x.shape)  # one batch shared by every seed
     if x.ndim != 3 or x.shape[0] != S or x.shape[2] != task.seq_len:
-        raise ValueError(f"x must have shape (batch, n) or (S, batch, n) with S={S}, n={task.seq_len}; "
-                         f"received shape {x.shape}")
+        raise ValueError(
+            f"x must have shape (batch, n) or (S, batch, n) with S={S}, n={task.seq_len}; received shape {x.shape}"
+        )
     if x.min() < 0 or x.max() >= task.vocab_size:
         raise ValueError(f"x tokens must lie in [0, {task.vocab_size}), received range [{x.min()}, {x.max()}]")
     hm = config.head_mask_array(head_mask) if (head_mask is None or np.ndim(head_mask) < 3) else None
     if hm is None:  # per-seed masks (S, n_layers, n_heads)
         hm = np.asarray(head_mask, dtype=float)
         if hm.shape != (S, config.n_layers, config.n_heads):
-            raise ValueError(f"head_mask with a seed axis must have shape (S, n_layers, n_heads) = "
-                             f"{(S, config.n_layers, config.n_heads)}, received shape {hm.shape}")
+            raise ValueError(
+                f"head_mask with a seed axis must have shape (S, n_layers, n_heads) = "
+                f"{(S, config.n_layers, config.n_heads)}, received shape {hm.shape}"
+            )
         hm = hm[:, None]  # (S, 1, L, H) broadcasts against (S, B, …)
     return x, hm
 
@@ -481,8 +503,9 @@ def _prepare_y(task: Task, x: np.ndarray, y) -> np.ndarray:
     try:
         return np.broadcast_to(y, want)
     except ValueError:
-        raise ValueError(f"y must have shape {want[1:]} or {want} for task {task.name!r}, "
-                         f"received shape {y.shape}") from None
+        raise ValueError(
+            f"y must have shape {want[1:]} or {want} for task {task.name!r}, received shape {y.shape}"
+        ) from None
 
 
 def attention_weights(params: Params, config: ModelConfig, task: Task, x, head_mask=None) -> list[np.ndarray]:
@@ -504,7 +527,9 @@ def _accuracy(logits: np.ndarray, y: np.ndarray) -> np.ndarray:
     return hit.sum(axis=axes) / np.maximum(scored.sum(axis=axes), 1)
 
 
-def evaluate(params: Params, config: ModelConfig, task: Task, batch: TaskBatch, head_mask=None) -> dict[str, np.ndarray]:
+def evaluate(
+    params: Params, config: ModelConfig, task: Task, batch: TaskBatch, head_mask=None
+) -> dict[str, np.ndarray]:
     """Accuracy and loss per seed on ``batch`` (x, y shared by all seeds or with a seed axis).
 
     Returns ``{"accuracy": (S,), "loss": (S,)}``; accuracy counts scored targets only.
@@ -539,9 +564,10 @@ def _adam(params: Params, lr: float, beta1: float = 0.9, beta2: float = 0.999, e
         for k in params:
             m[k] = beta1 * m[k] + (1 - beta1) * grads[k]
             s[k] = beta2 * s[k] + (1 - beta2) * grads[k] ** 2
-            m_hat, s_hat = m[k] / (1 - beta1 ** t), s[k] / (1 - beta2 ** t)
+            m_hat, s_hat = m[k] / (1 - beta1**t), s[k] / (1 - beta2**t)
             out[k] = params[k] - lr * m_hat / (np.sqrt(s_hat) + eps)
         return out
+
     return step
 
 
@@ -554,6 +580,7 @@ def _sgd(params: Params, lr: float, momentum: float = 0.0):
             vel[k] = momentum * vel[k] + grads[k]
             out[k] = params[k] - lr * vel[k]
         return out
+
     return step
 
 
@@ -626,13 +653,26 @@ def _check_config_task(config, task) -> None:
 def _stacked_batches(task: Task, seeds: tuple[int, ...], stream: int, count: int) -> TaskBatch:
     """``count`` examples per seed from ``default_rng([seed, stream])``: x (S, count, n)."""
     parts = [task.sample(np.random.default_rng([s, stream]), count) for s in seeds]
-    return TaskBatch(np.stack([b.x for b in parts]), np.stack([b.y for b in parts]),
-                     {k: np.stack([b.info[k] for b in parts]) for k in parts[0].info})
+    return TaskBatch(
+        np.stack([b.x for b in parts]),
+        np.stack([b.y for b in parts]),
+        {k: np.stack([b.info[k] for b in parts]) for k in parts[0].info},
+    )
 
 
-def train(config: ModelConfig, task: Task, seeds: Sequence[int] = (0,), steps: int = 300, lr: float = 1e-2,
-          optimizer: str = "adam", batch_size: int = 32, train_size: int | None = None,
-          eval_size: int = 512, momentum: float = 0.0, log_stats: bool = True) -> TrainResult:
+def train(
+    config: ModelConfig,
+    task: Task,
+    seeds: Sequence[int] = (0,),
+    steps: int = 300,
+    lr: float = 1e-2,
+    optimizer: str = "adam",
+    batch_size: int = 32,
+    train_size: int | None = None,
+    eval_size: int = 512,
+    momentum: float = 0.0,
+    log_stats: bool = True,
+) -> TrainResult:
     """Train one model per seed, all in one vectorised loop.
 
     Data: by default every step sees a *fresh* batch of ``batch_size`` examples
@@ -662,17 +702,21 @@ def train(config: ModelConfig, task: Task, seeds: Sequence[int] = (0,), steps: i
     S = len(seeds)
 
     params = init_params(config, task, seeds)
-    step_fn = OPTIMIZERS[optimizer](params, lr, momentum=momentum) if optimizer == "sgd" \
+    step_fn = (
+        OPTIMIZERS[optimizer](params, lr, momentum=momentum)
+        if optimizer == "sgd"
         else OPTIMIZERS[optimizer](params, lr)
+    )
     if train_size is None:
         data = _stacked_batches(task, seeds, 1, steps * batch_size)
-        xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)           # (steps, S, B, n)
+        xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)  # (steps, S, B, n)
         ys = data.y.reshape((S, steps, batch_size) + data.y.shape[2:]).swapaxes(0, 1)
     else:
         train_size = positive_int("train_size", train_size)
         data = _stacked_batches(task, seeds, 1, train_size)
-        pick = np.stack([np.random.default_rng([s, 4]).integers(0, train_size, (steps, batch_size))
-                         for s in seeds], axis=1)                              # (steps, S, B)
+        pick = np.stack(
+            [np.random.default_rng([s, 4]).integers(0, train_size, (steps, batch_size)) for s in seeds], axis=1
+        )  # (steps, S, B)
         rows = np.arange(S)[None, :, None]
         xs, ys = data.x[rows, pick], data.y[rows, pick]
     head_on = config.head_mask_array()
@@ -704,6 +748,23 @@ def train(config: ModelConfig, task: Task, seeds: Sequence[int] = (0,), steps: i
     return TrainResult(config, task, seeds, losses, ev["accuracy"], ev["loss"], params, stats, seconds, held_out)
 
 
-__all__ = ["SCALE_RULES", "ENCODERS", "POSITIONAL", "READOUTS", "SCORES", "ScoreSpec", "register_score",
-           "ModelConfig", "sinusoidal_positions", "init_params", "forward", "attention_weights", "evaluate",
-           "loss", "OPTIMIZERS", "TrainResult", "train", "single_thread_blas"]
+__all__ = [
+    "SCALE_RULES",
+    "ENCODERS",
+    "POSITIONAL",
+    "READOUTS",
+    "SCORES",
+    "ScoreSpec",
+    "register_score",
+    "ModelConfig",
+    "sinusoidal_positions",
+    "init_params",
+    "forward",
+    "attention_weights",
+    "evaluate",
+    "loss",
+    "OPTIMIZERS",
+    "TrainResult",
+    "train",
+    "single_thread_blas",
+]

@@ -3,6 +3,7 @@
 Each check names the argument and says what was expected and what was received,
 so a wrong shape fails loudly instead of broadcasting into a wrong answer.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -25,9 +26,7 @@ def as_float_array(name: str, x, *, min_ndim: int = 1, allow_neg_inf: bool = Fal
     if not np.issubdtype(arr.dtype, np.floating):
         arr = arr.astype(np.float64)
     if arr.ndim < min_ndim:
-        raise ValueError(
-            f"{name} must have at least {min_ndim} axes, received shape {arr.shape} ({arr.ndim} axes)"
-        )
+        raise ValueError(f"{name} must have at least {min_ndim} axes, received shape {arr.shape} ({arr.ndim} axes)")
     if np.isfinite(arr).all():  # the common case, in one pass over the data
         return arr
     bad = np.isnan(arr) | (arr == np.inf) | ((arr == -np.inf) & (not allow_neg_inf))
@@ -39,9 +38,7 @@ def as_float_array(name: str, x, *, min_ndim: int = 1, allow_neg_inf: bool = Fal
 def check_axis_size(name: str, arr: np.ndarray, axis: int, expected: int, what: str) -> None:
     """Raise ``ValueError`` unless ``arr.shape[axis] == expected``."""
     if arr.shape[axis] != expected:
-        raise ValueError(
-            f"{name} axis {axis} ({what}) must have size {expected}, received shape {arr.shape}"
-        )
+        raise ValueError(f"{name} axis {axis} ({what}) must have size {expected}, received shape {arr.shape}")
 
 
 def check_same_leading(names: tuple[str, ...], arrays: tuple[np.ndarray, ...], n_trailing: int) -> None:

@@ -10,6 +10,7 @@ with the reader's default environment (no BLAS thread variables); warm site rebu
 n = 4096 <= 10% of naive. Prints a table and writes benchmarks/results/latest.json.
 Nothing here is asserted by the test suite: timings are machine dependent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,9 @@ def bench_notebooks() -> None:
         for path in sorted((ROOT / "chapters").glob("*.ipynb")):
             nb = nbformat.read(path, as_version=4)
             start = time.perf_counter()
-            NotebookClient(nb, timeout=600, kernel_name="python3",
-                           resources={"metadata": {"path": str(path.parent)}}).execute()
+            NotebookClient(
+                nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+            ).execute()
             times[path.stem] = time.perf_counter() - start
     finally:
         os.environ.update(saved)
@@ -99,12 +101,19 @@ def bench_attention() -> None:
     q, k, v = (rng.standard_normal((b, h, n, d), dtype=np.float32) for _ in range(3))
     # Interleave the measurements and keep each one's best, so a burst of load on a small
     # shared machine hits all alike.
-    runs = [(au.min_seconds(lambda: (q @ np.swapaxes(k, -1, -2)) @ v, repeat=3),
-             au.min_seconds(lambda: au.scaled_dot_product_attention(q, k, v), repeat=3),
-             au.min_seconds(lambda: textbook_attention(q, k, v), repeat=3)) for _ in range(5)]
+    runs = [
+        (
+            au.min_seconds(lambda: (q @ np.swapaxes(k, -1, -2)) @ v, repeat=3),
+            au.min_seconds(lambda: au.scaled_dot_product_attention(q, k, v), repeat=3),
+            au.min_seconds(lambda: textbook_attention(q, k, v), repeat=3),
+        )
+        for _ in range(5)
+    ]
     bound, ours, plain = (min(r[i] for r in runs) for i in range(3))
-    print(f"  two matmuls {bound * 1e3:.0f} ms, scaled_dot_product_attention {ours * 1e3:.0f} ms, "
-          f"textbook numpy {plain * 1e3:.0f} ms (batch {b}, {h} heads, n={n}, d_k={d}, float32)")
+    print(
+        f"  two matmuls {bound * 1e3:.0f} ms, scaled_dot_product_attention {ours * 1e3:.0f} ms, "
+        f"textbook numpy {plain * 1e3:.0f} ms (batch {b}, {h} heads, n={n}, d_k={d}, float32)"
+    )
     RESULTS["attention forward / textbook numpy"] = {"value": ours / plain, "unit": "x"}
     print(f"  scaled_dot_product_attention / textbook numpy: {ours / plain:.2f}x")
     verdict("attention forward / two-matmul bound", ours / bound, 1.5, "x")
@@ -128,15 +137,21 @@ def bench_memory() -> None:
     ratios = {}
     for n in (512, 1024, 2048, 4096):
         q, k, v = (rng.standard_normal((n, d)) for _ in range(3))
-        naive = peak_bytes(lambda: au.scaled_dot_product_attention(q, k, v))
-        blocked = peak_bytes(lambda: blocked_attention(q, k, v, block_size=block))
+        naive = peak_bytes(lambda q=q, k=k, v=v: au.scaled_dot_product_attention(q, k, v))
+        blocked = peak_bytes(lambda q=q, k=k, v=v: blocked_attention(q, k, v, block_size=block))
         ratios[n] = blocked / naive
         print(f"  n={n:5d}: naive peak {naive / 2**20:8.1f} MiB, blocked (block {block}) {blocked / 2**20:7.1f} MiB")
     verdict("blocked / naive peak memory at n=4096", ratios[4096], 0.10, "x")
 
 
-SECTIONS = {"attention": bench_attention, "memory": bench_memory, "notebooks": bench_notebooks,
-            "tests": bench_tests, "site": bench_site, "pdf": bench_pdf}
+SECTIONS = {
+    "attention": bench_attention,
+    "memory": bench_memory,
+    "notebooks": bench_notebooks,
+    "tests": bench_tests,
+    "site": bench_site,
+    "pdf": bench_pdf,
+}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

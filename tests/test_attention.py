@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.attention."""
+
 import math
 
 import autograd
@@ -9,8 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attn_utils import (attention_query_jacobian, attention_scores, causal_mask, default_scale,
-                        mc_moments, scaled_dot_product_attention)
+from attn_utils import (
+    attention_query_jacobian,
+    attention_scores,
+    causal_mask,
+    default_scale,
+    mc_moments,
+    scaled_dot_product_attention,
+)
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -35,11 +42,11 @@ def naive_attention(q, k, v, mask=None, scale=None):
 
 
 def qkv(rng, n_q=4, n_k=6, d_k=5, d_v=3, lead=()):
-    return (rng.normal(size=lead + (n_q, d_k)), rng.normal(size=lead + (n_k, d_k)),
-            rng.normal(size=lead + (n_k, d_v)))
+    return (rng.normal(size=lead + (n_q, d_k)), rng.normal(size=lead + (n_k, d_k)), rng.normal(size=lead + (n_k, d_v)))
 
 
 # ---------------------------------------------------------------- against the naive reference
+
 
 @pytest.mark.parametrize("scale", [None, 0.3, 2.0])
 def test_matches_naive_loop(scale):
@@ -73,6 +80,7 @@ def test_scores_are_scaled_dot_products():
 
 
 # ---------------------------------------------------------------- the default scale
+
 
 @pytest.mark.parametrize("d_k", [1, 4, 64, 256, 512])
 def test_default_scale_is_inverse_sqrt(d_k):
@@ -109,6 +117,7 @@ def test_default_scale_gives_unit_score_variance():
 
 # ---------------------------------------------------------------- permutation equivariance
 
+
 def test_permuting_keys_and_values_leaves_output_unchanged():
     rng = np.random.default_rng(15)
     q, k, v = qkv(rng, n_q=4, n_k=9)
@@ -133,6 +142,7 @@ def test_permuting_queries_permutes_outputs():
 
 
 # ---------------------------------------------------------------- masks
+
 
 def test_causal_mask_square():
     m = causal_mask(4)
@@ -180,7 +190,7 @@ def step_by_step(q, k, v, scale=None):
     rows = []
     for i in range(n_q):
         end = n_k - n_q + i + 1
-        o, _ = scaled_dot_product_attention(q[i:i + 1], k[:end], v[:end], scale=scale)
+        o, _ = scaled_dot_product_attention(q[i : i + 1], k[:end], v[:end], scale=scale)
         rows.append(o[0])
     return np.array(rows)
 
@@ -199,11 +209,13 @@ def test_causal_parallel_equals_step_by_step(n_q, n_k):
 
 # ---------------------------------------------------------------- query Jacobian
 
+
 def _output_of_query(k, v, scale):
     def f(qv):
         logits = scale * anp.dot(k, qv)
         e = anp.exp(logits - anp.max(logits))
         return anp.dot(e / anp.sum(e), v)
+
     return f
 
 
@@ -304,5 +316,3 @@ def test_prop_causal_parallel_equals_step_by_step(inputs):
     out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(q.shape[0], k.shape[0]))
     np.testing.assert_allclose(out, step_by_step(q, k, v), rtol=0, atol=1e-12)
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-14)
-
-

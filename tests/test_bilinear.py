@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.bilinear (chapter 8: why W_Q and W_K differ)."""
+
 import math
 
 import autograd
@@ -7,17 +8,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attn_utils import (
+    SELF_PENALTY,
+    ModelConfig,
+    argmax_offset_rate,
+    attention_weights,
+    count_macs,
+    cyclic_previous_token_task,
+    diagonal_max_probability,
+    dot_score_no_self,
+    factorization_rank,
+    first_layer_queries,
+    init_mha_params,
+    init_params,
+    previous_token_task,
+    qk_attention_layer,
+    qk_scores,
+    register_score,
+    self_attention_layer,
+    self_mask,
+)
 from attn_utils.bilinear import neighbour_weights, predecessor_chains
-from attn_utils import (SELF_PENALTY, ModelConfig, argmax_offset_rate, attention_weights, count_macs,
-                        cyclic_previous_token_task, diagonal_max_probability, dot_score_no_self, factorization_rank,
-                        first_layer_queries, init_mha_params, init_params, previous_token_task, qk_attention_layer,
-                        qk_scores, register_score, self_attention_layer, self_mask)
 from attn_utils.training import SCORES
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
 
 # ---------------------------------------------------------------- scores
+
 
 @PROPS
 @given(n=st.integers(2, 9), d=st.integers(1, 8), dk=st.integers(1, 6), seed=st.integers(0, 10_000))
@@ -72,14 +90,15 @@ def test_qk_scores_validates_shapes():
 
 # ---------------------------------------------------------------- argmax rates
 
+
 def test_argmax_offset_rate_on_known_patterns():
     n = 6
     eye = np.eye(n)
     assert argmax_offset_rate(eye, 0) == 1.0
     assert argmax_offset_rate(eye, -1) == 0.0
-    shift = np.roll(eye, -1, axis=1)                     # row i has its max at i − 1 (mod n)
+    shift = np.roll(eye, -1, axis=1)  # row i has its max at i − 1 (mod n)
     assert argmax_offset_rate(shift, -1, cyclic=True) == 1.0
-    assert argmax_offset_rate(shift, -1) == 1.0          # rows 1..n−1 only
+    assert argmax_offset_rate(shift, -1) == 1.0  # rows 1..n−1 only
     # a mask can hide the diagonal
     s = 2 * eye + shift
     assert argmax_offset_rate(s, -1, cyclic=True) == 0.0
@@ -120,30 +139,30 @@ def test_neighbour_weights_on_a_known_matrix():
 def test_symmetric_scores_have_a_row_that_does_not_prefer_its_cyclic_predecessor(n, d, seed, masked):
     rng = np.random.default_rng(seed)
     a = rng.normal(size=(20, n, d))
-    s = a @ np.swapaxes(a, -1, -2)                                   # symmetric (Gram) scores
+    s = a @ np.swapaxes(a, -1, -2)  # symmetric (Gram) scores
     s = s - 1e5 * np.eye(n) if masked else s
     e = np.exp(s - s.max(axis=-1, keepdims=True))
-    for m in (s, e / e.sum(axis=-1, keepdims=True)):                 # raw scores and softmax weights
+    for m in (s, e / e.sum(axis=-1, keepdims=True)):  # raw scores and softmax weights
         pred, succ = neighbour_weights(m, cyclic=True)
         assert ((succ >= pred).sum(axis=-1) >= 1).all()
 
 
 def test_a_cyclic_shift_prefers_every_predecessor():
-    shift = np.roll(np.eye(6), -1, axis=1)                           # row i peaks at i − 1 (mod n)
+    shift = np.roll(np.eye(6), -1, axis=1)  # row i peaks at i − 1 (mod n)
     pred, succ = neighbour_weights(shift, cyclic=True)
     assert (succ < pred).all()
 
 
 def test_predecessor_chains_on_the_norm_ladder_and_its_reverse():
     n = 6
-    ladder = (np.eye(n) + np.eye(n, k=-1)) * 3.0 ** -np.arange(n)[:, None]   # part 3's example
+    ladder = (np.eye(n) + np.eye(n, k=-1)) * 3.0 ** -np.arange(n)[:, None]  # part 3's example
     s = ladder @ ladder.T
     chained, falling = predecessor_chains(s)
     assert chained and falling
     rising = np.eye(n, k=-1) * np.arange(1, n + 1)[:, None]  # asymmetric: s[i, i−1] = i + 1
     chained, falling = predecessor_chains(rising)
     assert chained and not falling
-    masked = s - 1e5 * np.eye(n)                                            # peaks taken from the masked matrix
+    masked = s - 1e5 * np.eye(n)  # peaks taken from the masked matrix
     chained, _ = predecessor_chains(s, masked)
     assert chained
     batch = np.stack([s, np.eye(n)])
@@ -205,6 +224,7 @@ def test_diagonal_max_probability_special_cases():
 
 # ---------------------------------------------------------------- self-mask and the layer
 
+
 def test_self_mask_follows_the_reformer_rule():
     m = self_mask(5)
     assert not np.diag(m).any() and m.sum() == 20
@@ -237,6 +257,7 @@ def test_qk_attention_layer_matches_the_library_and_counts_the_saving():
 
 # ---------------------------------------------------------------- factorisation
 
+
 @pytest.mark.parametrize("d,dk", [(5, 1), (6, 2), (7, 3), (6, 6)])
 def test_factorization_rank_equals_the_manifold_dimension(d, dk):
     rng = np.random.default_rng(d * 10 + dk)
@@ -254,12 +275,12 @@ def test_factorization_rank_validates():
 
 # ---------------------------------------------------------------- harness pieces
 
+
 def test_dot_score_no_self_removes_the_diagonal_and_is_differentiable():
     rng = np.random.default_rng(5)
     q = rng.normal(size=(2, 3, 1, 4, 5))
     s = dot_score_no_self(q, q, {})
-    np.testing.assert_allclose(np.diagonal(s, axis1=-2, axis2=-1),
-                               np.einsum("...nd,...nd->...n", q, q) - SELF_PENALTY)
+    np.testing.assert_allclose(np.diagonal(s, axis1=-2, axis2=-1), np.einsum("...nd,...nd->...n", q, q) - SELF_PENALTY)
     g = autograd.grad(lambda z: dot_score_no_self(z, z, {}).sum())(q)
     np.testing.assert_allclose(g, 2 * q.sum(axis=-2, keepdims=True) * np.ones_like(q), rtol=1e-12)
     with pytest.raises(ValueError, match="n_q"):
@@ -302,5 +323,6 @@ def test_first_layer_queries_reproduce_the_shared_scores():
     assert q.shape == (2, 4, 2, 6, 4)
     s = q @ np.swapaxes(q, -1, -2)
     e = np.exp(s - s.max(axis=-1, keepdims=True))
-    np.testing.assert_allclose(e / e.sum(axis=-1, keepdims=True), attention_weights(params, cfg, task, x)[0],
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        e / e.sum(axis=-1, keepdims=True), attention_weights(params, cfg, task, x)[0], rtol=1e-10, atol=1e-12
+    )

@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.blocked (online-softmax attention)."""
+
 import math
 
 import numpy as np
@@ -7,16 +8,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attn_utils import (BlockedAttentionStats, attention_scores, blocked_attention, causal_mask, log_softmax,
-                        traced_peak_memory,
-                        scaled_dot_product_attention)
+from attn_utils import (
+    BlockedAttentionStats,
+    attention_scores,
+    blocked_attention,
+    causal_mask,
+    log_softmax,
+    scaled_dot_product_attention,
+    traced_peak_memory,
+)
 
 PROPS = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 
 
 def qkv(rng, n_q=6, n_k=11, d_k=5, d_v=3, lead=()):
-    return (rng.normal(size=lead + (n_q, d_k)), rng.normal(size=lead + (n_k, d_k)),
-            rng.normal(size=lead + (n_k, d_v)))
+    return (rng.normal(size=lead + (n_q, d_k)), rng.normal(size=lead + (n_k, d_k)), rng.normal(size=lead + (n_k, d_v)))
 
 
 def exact(q, k, v, mask=None, scale=None):
@@ -24,6 +30,7 @@ def exact(q, k, v, mask=None, scale=None):
 
 
 # ---------------------------------------------------------------- equality with exact attention
+
 
 @pytest.mark.parametrize("block_size", [1, 2, 3, 4, 7, 11, 12, 100])
 @pytest.mark.parametrize("query_block_size", [None, 1, 4, 6, 50])
@@ -39,8 +46,9 @@ def test_matches_exact_attention_for_any_block_sizes(block_size, query_block_siz
 def test_scale_argument_matches_exact(scale):
     rng = np.random.default_rng(101)
     q, k, v = qkv(rng, d_k=16)
-    np.testing.assert_allclose(blocked_attention(q, k, v, 4, scale=scale), exact(q, k, v, scale=scale),
-                               rtol=0, atol=1e-13)
+    np.testing.assert_allclose(
+        blocked_attention(q, k, v, 4, scale=scale), exact(q, k, v, scale=scale), rtol=0, atol=1e-13
+    )
     if scale is not None:  # the scale really is used: the default gives something else
         assert np.max(np.abs(blocked_attention(q, k, v, 4) - exact(q, k, v, scale=scale))) > 1e-3
 
@@ -69,6 +77,7 @@ def test_float32_inputs_stay_float32_and_are_accurate():
 
 # ---------------------------------------------------------------- masks
 
+
 @pytest.mark.parametrize("n_q,n_k", [(9, 9), (4, 9), (1, 6)])
 @pytest.mark.parametrize("block_size,query_block_size", [(1, None), (2, 3), (4, 1), (5, 4), (20, None)])
 def test_causal_flag_equals_explicit_causal_mask(n_q, n_k, block_size, query_block_size):
@@ -76,8 +85,7 @@ def test_causal_flag_equals_explicit_causal_mask(n_q, n_k, block_size, query_blo
     q, k, v = qkv(rng, n_q=n_q, n_k=n_k, lead=(2,))
     ref = exact(q, k, v, mask=causal_mask(n_q, n_k))
     by_flag = blocked_attention(q, k, v, block_size, causal=True, query_block_size=query_block_size)
-    by_mask = blocked_attention(q, k, v, block_size, mask=causal_mask(n_q, n_k),
-                                query_block_size=query_block_size)
+    by_mask = blocked_attention(q, k, v, block_size, mask=causal_mask(n_q, n_k), query_block_size=query_block_size)
     np.testing.assert_allclose(by_flag, ref, rtol=0, atol=1e-13)
     np.testing.assert_allclose(by_mask, ref, rtol=0, atol=1e-13)
     if n_q > 1:  # the mask matters
@@ -114,8 +122,7 @@ def test_mask_broadcasts_over_leading_axes():
     q, k, v = qkv(rng, lead=(2, 3))
     mask = rng.random((6, 11)) < 0.6
     mask[:, 0] = True
-    np.testing.assert_allclose(blocked_attention(q, k, v, 4, mask=mask), exact(q, k, v, mask=mask),
-                               rtol=0, atol=1e-13)
+    np.testing.assert_allclose(blocked_attention(q, k, v, 4, mask=mask), exact(q, k, v, mask=mask), rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("query_block_size", [None, 2])
@@ -126,8 +133,7 @@ def test_fully_masked_rows_give_zeros_like_exact_attention(query_block_size):
     mask[1] = False
     mask[3] = False
     mask[4, 8] = True  # only visible key in the last block
-    out, stats = blocked_attention(q, k, v, 4, mask=mask, query_block_size=query_block_size,
-                                   return_stats=True)
+    out, stats = blocked_attention(q, k, v, 4, mask=mask, query_block_size=query_block_size, return_stats=True)
     ref = exact(q, k, v, mask=mask)
     np.testing.assert_array_equal(out[[1, 3]], 0.0)
     np.testing.assert_allclose(out, ref, rtol=0, atol=1e-13)
@@ -146,6 +152,7 @@ def test_all_masked_tile_is_skipped():
 
 
 # ---------------------------------------------------------------- stability and statistics
+
 
 @pytest.mark.parametrize("size", [1e2, 1e4, 1e6])
 def test_huge_logits_are_stable(size):
@@ -201,6 +208,7 @@ def test_empty_axes():
 
 
 # ---------------------------------------------------------------- argument validation
+
 
 def test_rejects_bad_block_sizes():
     rng = np.random.default_rng(114)
@@ -265,10 +273,18 @@ def blocked_inputs(draw):
 def test_prop_equals_exact_attention(inputs):
     q, k, v, block, q_block, mask = inputs
     for m in (None, mask):
-        np.testing.assert_allclose(blocked_attention(q, k, v, block, mask=m, query_block_size=q_block),
-                                   exact(q, k, v, mask=m), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(blocked_attention(q, k, v, block, causal=True, query_block_size=q_block),
-                               exact(q, k, v, mask=causal_mask(q.shape[-2], k.shape[-2])), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            blocked_attention(q, k, v, block, mask=m, query_block_size=q_block),
+            exact(q, k, v, mask=m),
+            rtol=0,
+            atol=1e-12,
+        )
+    np.testing.assert_allclose(
+        blocked_attention(q, k, v, block, causal=True, query_block_size=q_block),
+        exact(q, k, v, mask=causal_mask(q.shape[-2], k.shape[-2])),
+        rtol=0,
+        atol=1e-12,
+    )
 
 
 @PROPS
@@ -276,11 +292,13 @@ def test_prop_equals_exact_attention(inputs):
 def test_prop_key_order_does_not_matter(inputs, rnd):
     q, k, v, block, _, _ = inputs
     perm = np.array(rnd.sample(range(k.shape[-2]), k.shape[-2]))
-    np.testing.assert_allclose(blocked_attention(q, k[:, perm], v[:, perm], block),
-                               blocked_attention(q, k, v, block), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(
+        blocked_attention(q, k[:, perm], v[:, perm], block), blocked_attention(q, k, v, block), rtol=0, atol=1e-12
+    )
 
 
 # ---------------------------------------------------------------- memory measurement
+
 
 def test_traced_peak_memory_sees_numpy_arrays():
     peak, seconds = traced_peak_memory(np.ones, (1000, 1000))
@@ -294,15 +312,18 @@ def test_traced_peak_memory_grows_quadratically_for_exact_and_linearly_for_block
     peaks = {}
     for n in (256, 1024):
         q, k, v = rng.normal(size=(3, n, 16))
-        peaks[n] = (traced_peak_memory(scaled_dot_product_attention, q, k, v)[0],
-                    traced_peak_memory(blocked_attention, q, k, v, 32)[0])
+        peaks[n] = (
+            traced_peak_memory(scaled_dot_product_attention, q, k, v)[0],
+            traced_peak_memory(blocked_attention, q, k, v, 32)[0],
+        )
     exact_ratio, blocked_ratio = peaks[1024][0] / peaks[256][0], peaks[1024][1] / peaks[256][1]
-    assert 12 < exact_ratio < 20      # n² law: 16
-    assert 3 < blocked_ratio < 5.5    # n law: 4
+    assert 12 < exact_ratio < 20  # n² law: 16
+    assert 3 < blocked_ratio < 5.5  # n law: 4
 
 
 def test_traced_peak_memory_refuses_to_nest():
     import tracemalloc
+
     tracemalloc.start()
     try:
         with pytest.raises(RuntimeError, match="already tracing"):

@@ -2,6 +2,7 @@
 
 These checks read files only; nbval (run with ``--nbval``) re-executes the notebooks.
 """
+
 from __future__ import annotations
 
 import json
@@ -126,8 +127,9 @@ def test_cheatsheet_and_wrong_answers_are_generated_from_the_chapters():
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, str(ROOT / "tools" / "build_summaries.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "build_summaries.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -137,7 +139,7 @@ def test_wrong_answers_catalogue_has_at_least_12_entries():
 
 
 APPROX_NUMBER = re.compile(r"≈(-?[0-9]|∞)")
-TRAINS = re.compile(r"\btrain\w*\(")   # au.train, train_per_parameter, train_variants, …
+TRAINS = re.compile(r"\btrain\w*\(")  # au.train, train_per_parameter, train_variants, …
 
 
 def _output_text(cell: dict) -> str:
@@ -164,4 +166,5 @@ def test_approx_marks_only_trained_measurements(path):
     for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
         text = _output_text(cell)
         assert not APPROX_NUMBER.search(text), (
-            f"code cell {i} prints a number marked ≈ (not compared by nbval), but {path.name} trains no model")
+            f"code cell {i} prints a number marked ≈ (not compared by nbval), but {path.name} trains no model"
+        )

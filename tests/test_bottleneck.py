@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.bottleneck (chapter 6)."""
+
 import math
 
 import numpy as np
@@ -7,27 +8,43 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attn_utils as au
-from attn_utils.bottleneck import (bag_accuracy_bound, fano_bits, ids_to_words, keyword_attention_mass,
-                                   keyword_vocabulary, pack_tokens, superposition_copy_accuracy,
-                                   relative_loss_drop, tokens_per_coordinate, unpack_tokens, with_uniform_attention,
-                                   words_to_ids)
+from attn_utils.bottleneck import (
+    bag_accuracy_bound,
+    fano_bits,
+    ids_to_words,
+    keyword_attention_mass,
+    keyword_vocabulary,
+    pack_tokens,
+    relative_loss_drop,
+    superposition_copy_accuracy,
+    tokens_per_coordinate,
+    unpack_tokens,
+    with_uniform_attention,
+    words_to_ids,
+)
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
 
 # ---------------------------------------------------------------- bit budget
 
+
 def test_tokens_per_coordinate_matches_significand_bits():
-    assert tokens_per_coordinate(8, "float32") == 8       # 24 bits / 3
-    assert tokens_per_coordinate(8, "float64") == 17      # floor(53 / 3)
+    assert tokens_per_coordinate(8, "float32") == 8  # 24 bits / 3
+    assert tokens_per_coordinate(8, "float64") == 17  # floor(53 / 3)
     assert tokens_per_coordinate(2, "float64") == 53
-    assert tokens_per_coordinate(10, "float32") == 7      # 10**7 ≤ 2**24 < 10**8
-    assert tokens_per_coordinate(2 ** 25, "float32") == 0
+    assert tokens_per_coordinate(10, "float32") == 7  # 10**7 ≤ 2**24 < 10**8
+    assert tokens_per_coordinate(2**25, "float32") == 0
 
 
 @PROPS
-@given(st.integers(2, 16), st.integers(1, 40), st.integers(1, 4), st.sampled_from(["float32", "float64"]),
-       st.integers(0, 2**31))
+@given(
+    st.integers(2, 16),
+    st.integers(1, 40),
+    st.integers(1, 4),
+    st.sampled_from(["float32", "float64"]),
+    st.integers(0, 2**31),
+)
 def test_pack_round_trip_is_exact_on_the_stored_prefix(vocab, m, d, dtype, seed):
     s = np.random.default_rng(seed).integers(0, vocab, size=(5, m))
     z = pack_tokens(s, vocab, d, dtype)
@@ -39,9 +56,9 @@ def test_pack_round_trip_is_exact_on_the_stored_prefix(vocab, m, d, dtype, seed)
 
 
 def test_pack_uses_the_largest_exact_integers():
-    s = np.full((1, 8), 7)                                 # 8**8 − 1 = 2**24 − 1, the largest stored value
+    s = np.full((1, 8), 7)  # 8**8 − 1 = 2**24 − 1, the largest stored value
     z = pack_tokens(s, 8, 1, "float32")
-    assert float(z[0, 0]) == 2.0 ** 24 - 1
+    assert float(z[0, 0]) == 2.0**24 - 1
 
 
 def test_pack_validates():
@@ -86,6 +103,7 @@ def test_fano_bits_validates():
 
 # ---------------------------------------------------------------- order blindness and the linear code
 
+
 def test_bag_bound_small_cases():
     assert bag_accuracy_bound(np.array([[0, 0, 0, 0]]), 4) == 1.0
     assert bag_accuracy_bound(np.array([[0, 1, 2, 3]]), 4) == 0.25
@@ -95,6 +113,7 @@ def test_bag_bound_small_cases():
 def test_bag_bound_is_attained_by_most_frequent_token_guess():
     # enumerate every ordering of one multiset: guessing the mode everywhere scores exactly max count / m
     from itertools import permutations
+
     base = (0, 0, 1, 2)
     perms = np.array(sorted(set(permutations(base))))
     guess_acc = (perms == 0).mean()
@@ -135,8 +154,8 @@ def test_words_to_ids_validates():
 
 def test_keyword_mass_picks_last_row_and_averages_heads():
     w = np.zeros((2, 3, 2, 4, 4))
-    w[..., -1, 1] = 1.0          # every head of every example puts all last-row mass on position 1
-    w[:, :, 1, -1, :] = 0.25     # ... except head 1, which is uniform
+    w[..., -1, 1] = 1.0  # every head of every example puts all last-row mass on position 1
+    w[:, :, 1, -1, :] = 0.25  # ... except head 1, which is uniform
     mass = keyword_attention_mass(w, np.array([1, 1, 2]))
     np.testing.assert_allclose(mass, [[0.625, 0.625, 0.125]] * 2)
     with pytest.raises(ValueError, match=r"shape \(S, batch, H, n, n\)"):
@@ -160,10 +179,11 @@ def test_uniform_attention_gives_uniform_rows_and_keeps_other_params():
 
 # ---------------------------------------------------------------- convergence
 
+
 def test_relative_loss_drop_flat_halving_and_rising():
     steps = np.arange(100)
     flat = np.full(100, 0.7)
-    halving = np.where(steps < 50, 1.0, 0.5)        # second half at half the level of the first
+    halving = np.where(steps < 50, 1.0, 0.5)  # second half at half the level of the first
     rising = np.where(steps < 50, 1.0, 1.25)
     out = relative_loss_drop(np.stack([flat, halving, rising], axis=1), window=10)
     np.testing.assert_allclose(out, [0.0, 0.5, -0.25])
@@ -171,7 +191,7 @@ def test_relative_loss_drop_flat_halving_and_rising():
 
 def test_relative_loss_drop_uses_the_ends_of_each_half():
     loss = np.ones((40, 1))
-    loss[:10] = 100.0                               # an early transient outside both windows is ignored
+    loss[:10] = 100.0  # an early transient outside both windows is ignored
     loss[-5:] = 0.5
     assert relative_loss_drop(loss, window=5)[0] == pytest.approx(0.5)
 

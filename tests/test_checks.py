@@ -1,14 +1,23 @@
 """Tests for attn_utils.checks: every check prints one verdict line and can fail."""
+
 import math
 
 import numpy as np
 import pytest
 
-from attn_utils import (MonteCarloMoments, SeedSummary, check, check_allclose, check_bound, check_count, check_seeds,
-                        mc_moments)
-
+from attn_utils import (
+    MonteCarloMoments,
+    SeedSummary,
+    check,
+    check_allclose,
+    check_bound,
+    check_count,
+    check_seeds,
+    mc_moments,
+)
 
 # ---------------------------------------------------------------- check
+
 
 def test_check_passes_prints_and_returns_float(capsys):
     out = check("Var(q·k)/d_k", np.float64(1.003), 1, 0.05)
@@ -52,6 +61,7 @@ def test_check_format_spec(capsys):
 
 # ---------------------------------------------------------------- check_bound
 
+
 def test_check_bound_passes_and_prints(capsys):
     assert check_bound("λ_max", 0.25, upper=0.5) == 0.25
     assert capsys.readouterr().out == "λ_max = 0.25 (expected ≤ 0.5)  ✓\n"
@@ -87,6 +97,7 @@ def test_check_bound_inclusive():
 
 # ---------------------------------------------------------------- check_allclose
 
+
 def test_check_allclose_passes_and_prints(capsys):
     a = np.array([1.0, 2.0, 3.0])
     d = check_allclose("J vs autograd", a, a + 1e-13, atol=1e-12)
@@ -117,6 +128,7 @@ def test_check_allclose_default_rtol_can_fail():
 
 
 # ---------------------------------------------------------------- Monte Carlo moments
+
 
 def test_mc_moments_exact_small_sample():
     x = np.array([1.0, 2.0, 3.0, 4.0])
@@ -174,6 +186,7 @@ def test_mc_moments_coverage_rate_normal():
 
 # ---------------------------------------------------------------- trained measurements: ≈, seeds, counts
 
+
 def test_approx_marks_the_measured_value_only(capsys):
     check_bound("peak", 3210.0, lower=100, approx=True, fmt=".2g")
     assert capsys.readouterr().out == "peak = ≈3.2e+03 (expected ≥ 1e+02)  ✓\n"
@@ -184,7 +197,7 @@ def test_approx_marks_the_measured_value_only(capsys):
 def test_check_seeds_passes_with_margin(capsys):
     s = check_seeds("acc", np.linspace(0.9, 1.0, 8), lower=0.5)
     assert isinstance(s, SeedSummary) and s.n == 8
-    assert s.mean == pytest.approx(0.95) and s.se == pytest.approx(np.std(np.linspace(0.9, 1, 8), ddof=1) / 8 ** 0.5)
+    assert s.mean == pytest.approx(0.95) and s.se == pytest.approx(np.std(np.linspace(0.9, 1, 8), ddof=1) / 8**0.5)
     assert s.margin == pytest.approx((0.95 - 0.5) / s.se)
     line = capsys.readouterr().out
     assert line.startswith("acc = ≈0.95 ± ≈0.01 (mean ± SE of 8 seeds; expected ≥ 0.50, margin ≈")
@@ -192,7 +205,7 @@ def test_check_seeds_passes_with_margin(capsys):
 
 
 def test_check_seeds_fails_when_the_mean_clears_the_bound_by_too_few_standard_errors():
-    values = np.linspace(0.4, 0.7, 8)          # mean 0.55 > 0.5, but only ~1.3 SE above it
+    values = np.linspace(0.4, 0.7, 8)  # mean 0.55 > 0.5, but only ~1.3 SE above it
     with pytest.raises(AssertionError, match="margin ≈1.3 SE ≥ 3"):
         check_seeds("acc", values, lower=0.5)
     check_seeds("acc", values, lower=0.5, z=1.0)

@@ -1,11 +1,20 @@
 """Unit and property tests for attn_utils.decoding (chapter 10)."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import (FLOP_PARTS, KVCache, decoder_extend, decoder_forward, decoding_flops, greedy_generate,
-                        init_decoder_params, kv_cache_values)
+from attn_utils import (
+    FLOP_PARTS,
+    KVCache,
+    decoder_extend,
+    decoder_forward,
+    decoding_flops,
+    greedy_generate,
+    init_decoder_params,
+    kv_cache_values,
+)
 
 PROPS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
 TOL = dict(rtol=0, atol=1e-12)
@@ -20,10 +29,11 @@ def small(seed=0, **kw):
 def prefix_by_prefix(params, tokens):
     """Reference: logits at t from a pass over tokens[..., :t+1] alone."""
     n = tokens.shape[-1]
-    return np.stack([decoder_forward(params, tokens[..., :t + 1])[..., -1, :] for t in range(n)], axis=-2)
+    return np.stack([decoder_forward(params, tokens[..., : t + 1])[..., -1, :] for t in range(n)], axis=-2)
 
 
 # ---------------------------------------------------------------- parallel = step by step
+
 
 @pytest.mark.parametrize("n_layers,h,batch", [(1, 1, ()), (2, 3, ()), (3, 2, (2,)), (2, 4, (2, 3))])
 def test_parallel_causal_pass_equals_prefix_by_prefix(n_layers, h, batch):
@@ -58,12 +68,13 @@ def test_without_mask_parallel_differs_from_step_by_step():
 
 # ---------------------------------------------------------------- KV cache
 
+
 @pytest.mark.parametrize("batch", [(), (3,)])
 def test_cached_steps_equal_parallel_pass(batch):
     params = small(7)
     tokens = np.random.default_rng(8).integers(0, params.vocab, (*batch, 12))
     cache = KVCache(params, batch)
-    steps = np.concatenate([decoder_extend(params, tokens[..., t:t + 1], cache) for t in range(12)], axis=-2)
+    steps = np.concatenate([decoder_extend(params, tokens[..., t : t + 1], cache) for t in range(12)], axis=-2)
     assert cache.length == 12
     np.testing.assert_allclose(steps, decoder_forward(params, tokens), **TOL)
 
@@ -84,7 +95,7 @@ def test_cache_stores_the_parallel_keys():
     tokens = np.random.default_rng(10).integers(0, params.vocab, 7)
     cache = KVCache(params)
     for t in range(7):
-        decoder_extend(params, tokens[t:t + 1], cache)
+        decoder_extend(params, tokens[t : t + 1], cache)
     # layer-0 keys are a position-wise function of the embeddings: recompute them directly
     x = params.embed[tokens] + params.pos[:7]
     a = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
@@ -126,6 +137,7 @@ def test_greedy_can_fill_max_len_exactly():
 
 
 # ---------------------------------------------------------------- FLOP counts
+
 
 def test_counted_flops_match_formula_forward_and_extend():
     params = small(16, d_model=12, h=3, d_ff=20)
@@ -173,6 +185,7 @@ def test_greedy_counters_sum_the_per_step_formulas():
 
 # ---------------------------------------------------------------- cache size
 
+
 def test_kv_cache_values_matches_cache_object():
     params = small(20)
     cache = KVCache(params, (2,), capacity=10)
@@ -184,6 +197,7 @@ def test_kv_cache_values_matches_cache_object():
 
 
 # ---------------------------------------------------------------- argument checks
+
 
 def test_bad_arguments_name_the_argument():
     params = small(21)

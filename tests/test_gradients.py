@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.gradients."""
+
 import math
 
 import autograd
@@ -8,13 +9,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from attn_utils import (numerical_jacobian, softmax, softmax_core, softmax_jacobian,
-                        softmax_jacobian_from_logits)
+from attn_utils import numerical_jacobian, softmax, softmax_core, softmax_jacobian, softmax_jacobian_from_logits
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
 
 # ---------------------------------------------------------------- numerical_jacobian
+
 
 def test_linear_map_is_recovered():
     rng = np.random.default_rng(0)
@@ -72,6 +73,7 @@ def test_output_shape_must_not_change():
 
 # ---------------------------------------------------------------- softmax_jacobian_from_logits
 
+
 def test_equals_jacobian_from_probabilities_for_moderate_logits():
     rng = np.random.default_rng(2)
     z = rng.normal(scale=3, size=(4, 6, 7))
@@ -84,10 +86,10 @@ def test_equals_jacobian_from_probabilities_for_moderate_logits():
 def test_diagonal_survives_where_one_minus_p_rounds_to_zero():
     z = np.array([0.0, -50.0])
     p = softmax(z)
-    assert p[0] == 1.0                                  # 1 − e^{-50} rounds to 1 in float64 …
-    assert softmax_jacobian(p)[0, 0] == 0.0             # … so diag(p) − p pᵀ loses the entry,
+    assert p[0] == 1.0  # 1 − e^{-50} rounds to 1 in float64 …
+    assert softmax_jacobian(p)[0, 0] == 0.0  # … so diag(p) − p pᵀ loses the entry,
     t = math.exp(-50.0)
-    expected = t / (1 + t) ** 2                         # while the true value is e^{-50}/(1+e^{-50})²
+    expected = t / (1 + t) ** 2  # while the true value is e^{-50}/(1+e^{-50})²
     J = softmax_jacobian_from_logits(z)
     np.testing.assert_allclose(J, expected * np.array([[1, -1], [-1, 1]]), rtol=1e-14, atol=0)
 
@@ -117,8 +119,11 @@ def test_rejects_non_finite_and_bad_types():
 
 
 def finite_logits(max_n=8, bound=200.0):
-    return arrays(np.float64, array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
-                  elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False))
+    return arrays(
+        np.float64,
+        array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
+        elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False),
+    )
 
 
 @PROPS

@@ -1,20 +1,38 @@
 """Unit and property tests for attn_utils.heads (chapter 9)."""
+
 import numpy as np
 import pytest
 from autograd import grad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from attn_utils import (
+    ModelConfig,
+    count_macs,
+    fit_attention_pattern,
+    greedy_head_pruning,
+    head_contributions,
+    init_mha_params,
+    init_params,
+    log_ratio_matrix,
+    logit_factors,
+    loss,
+    mha_macs,
+    mha_param_count,
+    min_head_dim,
+    multi_head_attention,
+    self_attention_layer,
+    softmax,
+    train,
+    two_relation_task,
+)
 from attn_utils.heads import hard_pattern_factors
-from attn_utils import (ModelConfig, count_macs, fit_attention_pattern, greedy_head_pruning, head_contributions,
-                        init_mha_params, init_params, log_ratio_matrix, logit_factors, loss, mha_macs,
-                        mha_param_count, min_head_dim, multi_head_attention, self_attention_layer, softmax,
-                        train, two_relation_task)
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
 
 # ---------------------------------------------------------------- cost
+
 
 @pytest.mark.parametrize("h", [1, 2, 4, 8, 16])
 def test_mha_macs_independent_of_heads_when_dk_is_d_over_h(h):
@@ -53,6 +71,7 @@ def test_mha_macs_validation():
 
 # ---------------------------------------------------------------- reachable patterns
 
+
 def test_log_ratio_matrix_values_and_shape():
     p = np.array([[0.5, 0.25, 0.25], [0.2, 0.2, 0.6]])
     r = log_ratio_matrix(p)
@@ -60,12 +79,15 @@ def test_log_ratio_matrix_values_and_shape():
     np.testing.assert_allclose(r, [[np.log(2), 0.0], [np.log(1 / 3), np.log(1 / 3)]])
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.array([[1.0, 0.0], [0.5, 0.5]]), "strictly positive"),
-    (np.array([[0.6, 0.6], [0.5, 0.5]]), "sum to 1"),
-    (np.array([[1.0], [1.0]]), "at least 2 keys"),
-    (np.array([0.5, 0.5]), "at least 2 axes"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.array([[1.0, 0.0], [0.5, 0.5]]), "strictly positive"),
+        (np.array([[0.6, 0.6], [0.5, 0.5]]), "sum to 1"),
+        (np.array([[1.0], [1.0]]), "at least 2 keys"),
+        (np.array([0.5, 0.5]), "at least 2 axes"),
+    ],
+)
 def test_log_ratio_matrix_rejects_bad_patterns(bad, match):
     with pytest.raises(ValueError, match=match):
         log_ratio_matrix(bad)
@@ -124,6 +146,7 @@ def test_fit_attention_pattern_validation():
 
 # ---------------------------------------------------------------- head contributions
 
+
 @PROPS
 @given(seed=st.integers(0, 10_000), h=st.sampled_from([1, 2, 4, 8]), n=st.integers(1, 6))
 def test_head_contributions_sum_to_multi_head_attention(seed, h, n):
@@ -147,6 +170,7 @@ def test_head_contributions_validation():
 
 # ---------------------------------------------------------------- pruning
 
+
 def _replay(res, curve, batch, s, m):
     """Accuracies of seed s along curve.order, by explicit head masks on batch."""
     keep = np.ones(m)
@@ -167,12 +191,12 @@ def test_greedy_head_pruning_matches_direct_evaluation(n_layers):
     batch = task.sample(np.random.default_rng(5), 32)
     curve = greedy_head_pruning(res.params, cfg, task, batch)
     assert curve.accuracy.shape == (2, m + 1) and curve.order.shape == (2, m)
-    np.testing.assert_array_equal(curve.selection, curve.accuracy)   # no eval batch: one and the same
+    np.testing.assert_array_equal(curve.selection, curve.accuracy)  # no eval batch: one and the same
     for s in range(2):
-        assert sorted(curve.order[s]) == list(range(m))                # every head removed exactly once
+        assert sorted(curve.order[s]) == list(range(m))  # every head removed exactly once
         np.testing.assert_allclose(curve.accuracy[s], _replay(res, curve, batch, s, m))
     np.testing.assert_allclose(curve.accuracy[:, 0], res.evaluate(batch)["accuracy"])
-    for s in range(2):                                                 # the first step's scores: one head removed
+    for s in range(2):  # the first step's scores: one head removed
         for head in range(m):
             keep = np.ones(m)
             keep[head] = 0
@@ -190,12 +214,12 @@ def test_greedy_head_pruning_reports_on_a_separate_batch():
     sel, ev = task.sample(np.random.default_rng(5), 16), task.sample(np.random.default_rng(6), 64)
     curve = greedy_head_pruning(res.params, cfg, task, sel, eval_batch=ev)
     alone = greedy_head_pruning(res.params, cfg, task, sel)
-    np.testing.assert_array_equal(curve.order, alone.order)           # the order depends on the selection batch only
+    np.testing.assert_array_equal(curve.order, alone.order)  # the order depends on the selection batch only
     np.testing.assert_allclose(curve.selection, alone.accuracy)
     for s in range(3):
         np.testing.assert_allclose(curve.accuracy[s], _replay(res, curve, ev, s, 4))
         np.testing.assert_allclose(curve.selection[s], _replay(res, curve, sel, s, 4))
-    assert not np.allclose(curve.accuracy, curve.selection)            # two different batches, two curves
+    assert not np.allclose(curve.accuracy, curve.selection)  # two different batches, two curves
 
 
 def test_greedy_head_pruning_validation():
@@ -230,6 +254,7 @@ def test_identical_heads_get_identical_gradients():
 
 # ---------------------------------------------------------------- sharp patterns with d_k = 2
 
+
 @PROPS
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 60), w=st.sampled_from([0.5, 0.9, 0.99, 0.999999]))
 def test_hard_pattern_factors_reach_any_sharp_pattern(seed, n, w):
@@ -241,7 +266,7 @@ def test_hard_pattern_factors_reach_any_sharp_pattern(seed, n, w):
     p = softmax(q @ k.T)
     on_target = p[np.arange(targets.size), targets]
     assert (on_target >= w - 1e-9).all()
-    if n > 2 and w > 1 / n:   # the two nearest neighbours alone hold 2ε, ε = (1 − w)/(w(n − 1)): little slack
+    if n > 2 and w > 1 / n:  # the two nearest neighbours alone hold 2ε, ε = (1 − w)/(w(n − 1)): little slack
         eps = (1 - w) / (w * (n - 1))
         assert on_target.max() <= 1 / (1 + 2 * eps) + 1e-9
 
@@ -255,13 +280,16 @@ def test_hard_pattern_factors_identity_beats_the_rank_bound():
     assert min_head_dim(p) <= 2 < n - 1
 
 
-@pytest.mark.parametrize("args, err, match", [
-    ((np.array([0, 1]), 1, 0.9), ValueError, "at least 2"),
-    ((np.array([0, 3]), 3, 0.9), ValueError, "lie in"),
-    ((np.array([0.0, 1.0]), 3, 0.9), TypeError, "integer"),
-    ((np.array([[0, 1]]), 3, 0.9), TypeError, "1-d"),
-    ((np.array([0, 1]), 3, 1.0), ValueError, "strictly between"),
-])
+@pytest.mark.parametrize(
+    "args, err, match",
+    [
+        ((np.array([0, 1]), 1, 0.9), ValueError, "at least 2"),
+        ((np.array([0, 3]), 3, 0.9), ValueError, "lie in"),
+        ((np.array([0.0, 1.0]), 3, 0.9), TypeError, "integer"),
+        ((np.array([[0, 1]]), 3, 0.9), TypeError, "1-d"),
+        ((np.array([0, 1]), 3, 1.0), ValueError, "strictly between"),
+    ],
+)
 def test_hard_pattern_factors_validation(args, err, match):
     with pytest.raises(err, match=match):
         hard_pattern_factors(*args)

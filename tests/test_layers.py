@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.layers (chapter 11: attention vs RNN vs CNN)."""
+
 import math
 
 import autograd
@@ -8,11 +9,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import (attention_input_jacobians, attention_macs, causal_mask, conv1d_layer, conv_macs, count_macs,
-                        hop_distances, init_conv_params, init_mha_params, init_rnn_params, layer_graph,
-                        layers_to_connect, loglog_slope, min_seconds, multi_head_attention, numerical_jacobian,
-                        perturbation_reach, rnn_input_jacobians, rnn_layer, rnn_macs, scaled_dot_product_attention,
-                        self_attention_layer, sequential_depth)
+from attn_utils import (
+    attention_input_jacobians,
+    attention_macs,
+    causal_mask,
+    conv1d_layer,
+    conv_macs,
+    count_macs,
+    hop_distances,
+    init_conv_params,
+    init_mha_params,
+    init_rnn_params,
+    layer_graph,
+    layers_to_connect,
+    loglog_slope,
+    min_seconds,
+    multi_head_attention,
+    numerical_jacobian,
+    perturbation_reach,
+    rnn_input_jacobians,
+    rnn_layer,
+    rnn_macs,
+    scaled_dot_product_attention,
+    self_attention_layer,
+    sequential_depth,
+)
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
@@ -22,6 +43,7 @@ def lower(n):
 
 
 # ---------------------------------------------------------------- counting
+
 
 @pytest.mark.parametrize("n,d,h", [(1, 4, 1), (7, 6, 2), (16, 8, 4), (33, 12, 3)])
 def test_counted_macs_equal_closed_forms(n, d, h):
@@ -74,6 +96,7 @@ def test_batch_axis_counts_every_item():
 
 
 # ---------------------------------------------------------------- the layers
+
 
 @pytest.mark.parametrize("h,causal", [(1, False), (2, True), (4, False)])
 def test_self_attention_layer_equals_multi_head_attention(h, causal):
@@ -147,6 +170,7 @@ def test_initialisers_and_parameter_counts():
 
 # ---------------------------------------------------------------- dependency graphs
 
+
 @PROPS
 @given(n=st.integers(1, 40), L=st.integers(1, 4), k=st.integers(2, 4))
 def test_hop_distances_closed_forms(n, L, k):
@@ -203,11 +227,13 @@ def test_perturbation_reach_matches_graphs_of_real_layers():
         for layer, w in enumerate(ws):
             z = conv1d_layer(z, w, dilation=2**layer)
         return z
+
     graph = np.isfinite(hop_distances(layer_graph("conv", n, 3, k=2, dilation_base=2)))
     np.testing.assert_array_equal(perturbation_reach(stack, x), graph)
 
 
 # ---------------------------------------------------------------- gradients
+
 
 def autograd_rnn_last(x, p):
     h = anp.zeros(p["U"].shape[0])
@@ -247,10 +273,11 @@ def test_attention_input_jacobians_against_finite_differences(causal, i):
     got = attention_input_jacobians(x, p, mask, i)
     np.testing.assert_allclose(got, np.moveaxis(ref, 0, 1), atol=1e-8)
     if causal:
-        assert np.all(got[i + 1:] == 0)
+        assert np.all(got[i + 1 :] == 0)
 
 
 # ---------------------------------------------------------------- fitting, timing, validation
+
 
 def test_loglog_slope_recovers_exponent():
     x = np.array([2.0, 4.0, 8.0, 16.0])

@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.multihead."""
+
 import math
 
 import numpy as np
@@ -7,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attn_utils import (causal_mask, init_mha_params, merge_heads, mha_param_count, multi_head_attention,
-                        split_heads)
+from attn_utils import causal_mask, init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -20,9 +20,9 @@ def loop_over_heads(x_q, x_kv, params, h, mask=None, scale=None):
     s = 1.0 / math.sqrt(d_k) if scale is None else scale
     heads, all_w = [], []
     for i in range(h):
-        qi = x_q @ params["W_q"][:, i * d_k:(i + 1) * d_k]
-        ki = x_kv @ params["W_k"][:, i * d_k:(i + 1) * d_k]
-        vi = x_kv @ params["W_v"][:, i * d_v:(i + 1) * d_v]
+        qi = x_q @ params["W_q"][:, i * d_k : (i + 1) * d_k]
+        ki = x_kv @ params["W_k"][:, i * d_k : (i + 1) * d_k]
+        vi = x_kv @ params["W_v"][:, i * d_v : (i + 1) * d_v]
         logits = s * qi @ ki.T
         if mask is not None:
             logits = np.where(mask, logits, -np.inf)
@@ -35,13 +35,14 @@ def loop_over_heads(x_q, x_kv, params, h, mask=None, scale=None):
 
 # ---------------------------------------------------------------- split / merge
 
+
 def test_split_heads_layout():
     x = np.arange(2 * 3 * 6, dtype=float).reshape(2, 3, 6)
     s = split_heads(x, 3)
     assert s.shape == (2, 3, 3, 2)
     # head i owns columns i*d … (i+1)*d − 1
     for i in range(3):
-        np.testing.assert_array_equal(s[:, i], x[..., 2 * i:2 * i + 2])
+        np.testing.assert_array_equal(s[:, i], x[..., 2 * i : 2 * i + 2])
 
 
 @pytest.mark.parametrize("shape,h", [((5, 8), 1), ((5, 8), 2), ((5, 8), 8), ((2, 4, 12), 3), ((2, 2, 3, 6), 6)])
@@ -55,6 +56,7 @@ def test_split_merge_round_trip(shape, h):
 
 
 # ---------------------------------------------------------------- multi-head attention
+
 
 @pytest.mark.parametrize("d_model,h", [(8, 1), (8, 2), (12, 4), (6, 6)])
 def test_mha_equals_loop_over_heads(d_model, h):
@@ -116,6 +118,7 @@ def test_mha_missing_params_and_wrong_d_model():
 
 # ---------------------------------------------------------------- parameters
 
+
 def test_init_shapes_and_variance():
     rng = np.random.default_rng(36)
     p = init_mha_params(rng, 64, 8)
@@ -130,8 +133,7 @@ def test_init_shapes_and_variance():
         init_mha_params(rng, 10, 3)
 
 
-@pytest.mark.parametrize("d_model,h,d_k,d_v", [(64, 8, None, None), (12, 3, None, None), (6, 3, 4, 5),
-                                               (10, 1, 7, 2)])
+@pytest.mark.parametrize("d_model,h,d_k,d_v", [(64, 8, None, None), (12, 3, None, None), (6, 3, 4, 5), (10, 1, 7, 2)])
 def test_param_count_equals_sum_of_sizes(d_model, h, d_k, d_v):
     params = init_mha_params(np.random.default_rng(37), d_model, h, d_k=d_k, d_v=d_v)
     assert mha_param_count(d_model, h, d_k=d_k, d_v=d_v) == sum(w.size for w in params.values())
@@ -140,16 +142,23 @@ def test_param_count_equals_sum_of_sizes(d_model, h, d_k, d_v):
 @pytest.mark.parametrize("d_model,h", [(512, 8), (64, 4), (12, 12)])
 def test_heads_cost_the_same_as_one_wide_head(d_model, h):
     assert mha_param_count(d_model, h) == mha_param_count(d_model, 1) == 4 * d_model**2
-    assert mha_param_count(d_model, h, d_k=d_model // h, d_v=d_model // h) == mha_param_count(d_model, 1, d_model,
-                                                                                              d_model)
+    assert mha_param_count(d_model, h, d_k=d_model // h, d_v=d_model // h) == mha_param_count(
+        d_model, 1, d_model, d_model
+    )
 
 
 # ---------------------------------------------------------------- properties
 
+
 @PROPS
-@given(arrays(np.float64, st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 4)),
-              elements=st.floats(-5, 5, allow_nan=False)),
-       st.integers(1, 4))
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 4)),
+        elements=st.floats(-5, 5, allow_nan=False),
+    ),
+    st.integers(1, 4),
+)
 def test_prop_split_merge_round_trip(x0, h):
     x = np.tile(x0, h)  # last axis a multiple of h
     np.testing.assert_array_equal(merge_heads(split_heads(x, h)), x)

@@ -1,4 +1,5 @@
 """Tests for attn_utils.plotting and attn_utils.book."""
+
 import matplotlib
 
 matplotlib.use("Agg")

@@ -1,11 +1,20 @@
 """Chapter 5 helpers: folding the scale into W_Q, per-parameter training, cosine attention bounds."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils.qknorm import (cosine_logits, cosine_max_weight, cosine_score, fold_query_scale,
-                               gain_for_max_weight, register_cosine_score, train_per_parameter, train_variants)
+from attn_utils.qknorm import (
+    cosine_logits,
+    cosine_max_weight,
+    cosine_score,
+    fold_query_scale,
+    gain_for_max_weight,
+    register_cosine_score,
+    train_per_parameter,
+    train_variants,
+)
 from attn_utils.softmax import softmax
 from attn_utils.tasks import recall_task
 from attn_utils.training import SCORES, ModelConfig, forward, init_params, train
@@ -59,7 +68,7 @@ def test_sgd_on_folded_model_equals_scaled_model_with_rescaled_query_rate():
     c = cfg.fixed_scale()
     folded, cfg_f = fold_query_scale(init_params(cfg, TASK, [0, 1]), cfg)
     h_a, p_a = train_per_parameter(cfg, TASK, [0, 1], steps=20, lr=0.3)
-    h_b, p_b = train_per_parameter(cfg_f, TASK, [0, 1], steps=20, lr=0.3, lr_mult={"L0.W_q": c ** 2}, params=folded)
+    h_b, p_b = train_per_parameter(cfg_f, TASK, [0, 1], steps=20, lr=0.3, lr_mult={"L0.W_q": c**2}, params=folded)
     np.testing.assert_allclose(h_b, h_a, rtol=1e-10)
     np.testing.assert_allclose(p_b["L0.W_q"], c * p_a["L0.W_q"], atol=1e-12)
     h_naive, _ = train_per_parameter(cfg_f, TASK, [0, 1], steps=20, lr=0.3)
@@ -71,8 +80,9 @@ def test_adam_needs_lr_and_eps_rescaled():
     c = cfg.fixed_scale()
     cfg_f = fold_query_scale(init_params(cfg, TASK, [0]), cfg)[1]
     h_b, _ = train_per_parameter(cfg_f, TASK, [0], steps=20, lr=0.01, optimizer="adam")
-    h_a, _ = train_per_parameter(cfg, TASK, [0], steps=20, lr=0.01, optimizer="adam",
-                                 lr_mult={"L0.W_q": 1 / c}, eps_mult={"L0.W_q": c})
+    h_a, _ = train_per_parameter(
+        cfg, TASK, [0], steps=20, lr=0.01, optimizer="adam", lr_mult={"L0.W_q": 1 / c}, eps_mult={"L0.W_q": c}
+    )
     np.testing.assert_allclose(h_a, h_b, rtol=1e-9)
     h_same, _ = train_per_parameter(cfg, TASK, [0], steps=20, lr=0.01, optimizer="adam")
     assert np.abs(h_same - h_b).max() > 1e-3
@@ -81,21 +91,26 @@ def test_adam_needs_lr_and_eps_rescaled():
 def test_variants_match_separate_runs_and_are_paired():
     cfg = ModelConfig(**SMALL)
     c = cfg.fixed_scale()
-    variants = {"plain": {}, "again": {}, "W_Q fast": dict(lr_mult={"L0.W_q": 1 / c}, eps_mult={"L0.W_q": c}),
-                "slow": dict(lr=0.003)}
+    variants = {
+        "plain": {},
+        "again": {},
+        "W_Q fast": dict(lr_mult={"L0.W_q": 1 / c}, eps_mult={"L0.W_q": c}),
+        "slow": dict(lr=0.003),
+    }
     out = train_variants(cfg, TASK, variants, [0, 5], steps=10, lr=0.01, optimizer="adam")
     assert list(out) == list(variants)
     for name, spec in variants.items():
         spec = dict(spec)
-        hist, params = train_per_parameter(cfg, TASK, [0, 5], steps=10, lr=spec.pop("lr", 0.01), optimizer="adam",
-                                           **spec)
+        hist, params = train_per_parameter(
+            cfg, TASK, [0, 5], steps=10, lr=spec.pop("lr", 0.01), optimizer="adam", **spec
+        )
         assert out[name][0].shape == (10, 2)
         np.testing.assert_allclose(out[name][0], hist, rtol=1e-10)
         for key in params:
             np.testing.assert_allclose(out[name][1][key], params[key], rtol=1e-10, atol=1e-13)
     # same seeds, same batches: identical variants give identical runs, different ones differ
     np.testing.assert_allclose(out["again"][0], out["plain"][0], rtol=1e-12)
-    np.testing.assert_allclose(out["plain"][0][0], out["slow"][0][0], rtol=1e-12)   # step 0: same model
+    np.testing.assert_allclose(out["plain"][0][0], out["slow"][0][0], rtol=1e-12)  # step 0: same model
     assert np.abs(out["slow"][0] - out["plain"][0]).max() > 1e-3
 
 

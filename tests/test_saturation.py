@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.saturation."""
+
 import math
 
 import numpy as np
@@ -14,11 +15,15 @@ PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None
 
 
 def logits(max_n=8, bound=30.0):
-    return arrays(np.float64, array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
-                  elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False))
+    return arrays(
+        np.float64,
+        array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
+        elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False),
+    )
 
 
 # ---------------------------------------------------------------- log_tail_mass
+
 
 def test_tail_mass_matches_direct_computation_for_moderate_gaps():
     x = np.array([0.3, -1.2, 2.0, 0.9])
@@ -76,6 +81,7 @@ def test_tail_mass_rejects_bad_input():
 
 
 # ---------------------------------------------------------------- first_exact_one
+
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_first_exact_one_matches_rounding_threshold(dtype):

@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.scaling (chapter 4)."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -6,13 +7,20 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import attn_utils as au
-from attn_utils.scaling import (ScaleRuleRuns, ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep,
-                                train_scale_rules)
+from attn_utils.scaling import (
+    ScaleRuleRuns,
+    ScaleSweep,
+    query_key_vectors,
+    running_mean,
+    scale_exponent_sweep,
+    train_scale_rules,
+)
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
 
 # ---------------------------------------------------------------- scale_exponent_sweep
+
 
 def test_sweep_shapes_and_types():
     sw = scale_exponent_sweep(np.random.default_rng(0), [4, 16, 64], [0.0, 0.5], n_keys=8, n_draws=50)
@@ -40,8 +48,9 @@ def test_statistics_are_bounded_and_ordered():
 
 
 def test_half_is_flat_and_others_drift():
-    sw = scale_exponent_sweep(np.random.default_rng(3), [16, 1024], [0.0, 0.5, 1.0], n_keys=16, n_draws=600,
-                              method="mixture")
+    sw = scale_exponent_sweep(
+        np.random.default_rng(3), [16, 1024], [0.0, 0.5, 1.0], n_keys=16, n_draws=600, method="mixture"
+    )
     assert sw.entropy[1, 1] / sw.entropy[1, 0] == pytest.approx(1.0, abs=0.05)
     assert sw.grad_median[1, 1] / sw.grad_median[1, 0] == pytest.approx(1.0, abs=0.1)
     assert sw.max_prob[0, 1] > 0.9 and sw.entropy[2, 1] > 0.99
@@ -64,9 +73,9 @@ def test_direct_gradient_matches_hand_formula_on_the_same_draws():
     sw = scale_exponent_sweep(np.random.default_rng(6), [d], [alpha], n_keys=n, n_draws=m)
     rng = np.random.default_rng(6)
     q, k, v = rng.standard_normal((m, d)), rng.standard_normal((m, n, d)), rng.standard_normal((m, n))
-    s = d ** -alpha
+    s = d**-alpha
     p = au.softmax(s * np.einsum("mkd,md->mk", k, q))
-    w = p * (v - np.sum(p * v, axis=-1, keepdims=True))            # J v
+    w = p * (v - np.sum(p * v, axis=-1, keepdims=True))  # J v
     grad = np.linalg.norm(s * np.einsum("mk,mkd->md", w, k), axis=-1)
     assert sw.grad_median[0, 0] == pytest.approx(np.median(grad), rel=1e-12)
     assert sw.grad_mean[0, 0] == pytest.approx(np.mean(grad), rel=1e-12)
@@ -83,16 +92,19 @@ def test_sweep_is_reproducible():
     np.testing.assert_array_equal(a.entropy, b.entropy)
 
 
-@pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(rng=0), TypeError, "rng"),
-    (dict(d_values=[[4, 8]]), ValueError, "d_values"),
-    (dict(d_values=[4.5]), ValueError, "d_values"),
-    (dict(d_values=[0]), ValueError, "d_values"),
-    (dict(alphas=[]), ValueError, "alphas"),
-    (dict(n_keys=1), ValueError, "n_keys"),
-    (dict(n_draws=1), ValueError, "n_draws"),
-    (dict(method="exact"), ValueError, "method"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(rng=0), TypeError, "rng"),
+        (dict(d_values=[[4, 8]]), ValueError, "d_values"),
+        (dict(d_values=[4.5]), ValueError, "d_values"),
+        (dict(d_values=[0]), ValueError, "d_values"),
+        (dict(alphas=[]), ValueError, "alphas"),
+        (dict(n_keys=1), ValueError, "n_keys"),
+        (dict(n_draws=1), ValueError, "n_draws"),
+        (dict(method="exact"), ValueError, "method"),
+    ],
+)
 def test_sweep_rejects_bad_arguments(kwargs, exc, match):
     args = dict(rng=np.random.default_rng(0), d_values=[4], alphas=[0.5])
     args.update(kwargs)
@@ -101,6 +113,7 @@ def test_sweep_rejects_bad_arguments(kwargs, exc, match):
 
 
 # ---------------------------------------------------------------- query_key_vectors
+
 
 def _tiny_model(**overrides):
     task = au.recall_task()
@@ -113,7 +126,7 @@ def test_query_key_vectors_match_a_manual_computation():
     x = task.sample(np.random.default_rng(0), 3).x
     q, k = query_key_vectors(params, config, task, x)
     assert q.shape == k.shape == (2, 3, 1, task.seq_len, 4)
-    h = params["E"][1][x] + params["P"][1]                          # seed 1, (3, n, 8)
+    h = params["E"][1][x] + params["P"][1]  # seed 1, (3, n, 8)
     np.testing.assert_allclose(q[1, :, 0], h @ params["L0.W_q"][1][:, 0, :], rtol=1e-12)
     np.testing.assert_allclose(k[1, :, 0], h @ params["L0.W_k"][1][:, 0, :], rtol=1e-12)
 
@@ -144,8 +157,9 @@ def test_query_key_vectors_rejects_bad_input():
     with pytest.raises(TypeError, match="params"):
         query_key_vectors({"E": params["E"]}, config, task, np.zeros((2, task.seq_len), dtype=np.int64))
     with pytest.raises(ValueError, match="encoder"):
-        query_key_vectors(params, au.ModelConfig(d_model=8, encoder="mean_pool"), task,
-                          np.zeros((2, task.seq_len), dtype=np.int64))
+        query_key_vectors(
+            params, au.ModelConfig(d_model=8, encoder="mean_pool"), task, np.zeros((2, task.seq_len), dtype=np.int64)
+        )
 
 
 # ---------------------------------------------------------------- train_scale_rules
@@ -166,8 +180,15 @@ def test_grid_members_equal_separate_train_calls(small_grid):
     assert grid.loss.shape == (12, 4, 2) and grid.accuracy.shape == grid.eval_loss.shape == grid.scale.shape == (4, 2)
     for m, (rule, lr) in enumerate(MEMBERS):
         extra = {"learned_scale_init": 1.0} if rule == "learned" else {}
-        ref = au.train(au.ModelConfig(d_model=32, d_k=16, scale=rule, **extra), task, seeds=(0, 3), steps=12, lr=lr,
-                       batch_size=8, eval_size=32)
+        ref = au.train(
+            au.ModelConfig(d_model=32, d_k=16, scale=rule, **extra),
+            task,
+            seeds=(0, 3),
+            steps=12,
+            lr=lr,
+            batch_size=8,
+            eval_size=32,
+        )
         np.testing.assert_allclose(grid.loss[:, m], ref.loss, rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(grid.eval_loss[m], ref.eval_loss, rtol=1e-9)
         mine = grid.params_of(m)
@@ -179,7 +200,7 @@ def test_grid_members_equal_separate_train_calls(small_grid):
 
 def test_grid_fixed_rules_keep_their_scale_and_learned_moves(small_grid):
     _, grid = small_grid
-    np.testing.assert_allclose(grid.scale[grid.index("sqrt", 1e-2)], 16 ** -0.5, rtol=1e-14)
+    np.testing.assert_allclose(grid.scale[grid.index("sqrt", 1e-2)], 16**-0.5, rtol=1e-14)
     np.testing.assert_allclose(grid.scale[grid.index("linear", 3e-3)], 1 / 16, rtol=1e-14)
     np.testing.assert_allclose(grid.scale[grid.index("none", 1e-2)], 1.0, rtol=1e-14)
     learned = grid.scale[grid.index("learned", 2e-2)]
@@ -195,19 +216,42 @@ def test_grid_params_feed_query_key_vectors(small_grid):
 def test_grid_learned_scale_init_matches_train():
     # the chapter starts the learned temperature at c = 1 (unscaled); any init must match attn_utils.train
     task = au.recall_task()
-    grid = train_scale_rules(task, [("learned", 2e-2), ("sqrt", 2e-2)], (1, 4), d_k=8, steps=8, batch_size=8,
-                             eval_size=16, learned_scale_init=0.5)
-    ref = au.train(au.ModelConfig(d_model=32, d_k=8, scale="learned", learned_scale_init=0.5), task, seeds=(1, 4),
-                   steps=8, lr=2e-2, batch_size=8, eval_size=16)
+    grid = train_scale_rules(
+        task,
+        [("learned", 2e-2), ("sqrt", 2e-2)],
+        (1, 4),
+        d_k=8,
+        steps=8,
+        batch_size=8,
+        eval_size=16,
+        learned_scale_init=0.5,
+    )
+    ref = au.train(
+        au.ModelConfig(d_model=32, d_k=8, scale="learned", learned_scale_init=0.5),
+        task,
+        seeds=(1, 4),
+        steps=8,
+        lr=2e-2,
+        batch_size=8,
+        eval_size=16,
+    )
     np.testing.assert_allclose(grid.loss[:, 0], ref.loss, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(grid.scale[0], np.exp(ref.params["L0.log_scale"][:, 0]), rtol=1e-9)
     np.testing.assert_allclose(grid.accuracy[0], ref.accuracy, rtol=0, atol=0)
-    np.testing.assert_allclose(grid.scale[1], 8 ** -0.5, rtol=1e-14)      # the fixed member ignores the init
+    np.testing.assert_allclose(grid.scale[1], 8**-0.5, rtol=1e-14)  # the fixed member ignores the init
 
 
 def test_grid_float32_keeps_its_dtype():
-    grid = train_scale_rules(au.recall_task(), [("linear", 1e-2), ("learned", 1e-2)], (0,), d_k=8, steps=3,
-                             batch_size=4, eval_size=8, dtype="float32")
+    grid = train_scale_rules(
+        au.recall_task(),
+        [("linear", 1e-2), ("learned", 1e-2)],
+        (0,),
+        d_k=8,
+        steps=3,
+        batch_size=4,
+        eval_size=8,
+        dtype="float32",
+    )
     assert all(v.dtype == np.float32 for v in grid.params.values())
     assert grid.scale[0, 0] == pytest.approx(1 / 8, rel=1e-6) and grid.scale[1, 0] != 1.0
 
@@ -219,15 +263,18 @@ def test_grid_seeds_are_independent_of_members():
     np.testing.assert_allclose(two.loss[:, 1, 1], one.loss[:, 0, 0], rtol=1e-12)
 
 
-@pytest.mark.parametrize("members, kwargs, exc, match", [
-    ([], {}, ValueError, "members"),
-    ([("sqrt",)], {}, TypeError, "pair"),
-    ([("cube", 1e-2)], {}, ValueError, "rule"),
-    ([("sqrt", -1.0)], {}, ValueError, "lr"),
-    ([("sqrt", 1e-2), ("sqrt", 1e-2)], {}, ValueError, "distinct"),
-    ([("sqrt", 1e-2)], {"steps": 0}, ValueError, "steps"),
-    ([("sqrt", 1e-2)], {"seeds": (1, 1)}, ValueError, "distinct"),
-])
+@pytest.mark.parametrize(
+    "members, kwargs, exc, match",
+    [
+        ([], {}, ValueError, "members"),
+        ([("sqrt",)], {}, TypeError, "pair"),
+        ([("cube", 1e-2)], {}, ValueError, "rule"),
+        ([("sqrt", -1.0)], {}, ValueError, "lr"),
+        ([("sqrt", 1e-2), ("sqrt", 1e-2)], {}, ValueError, "distinct"),
+        ([("sqrt", 1e-2)], {"steps": 0}, ValueError, "steps"),
+        ([("sqrt", 1e-2)], {"seeds": (1, 1)}, ValueError, "distinct"),
+    ],
+)
 def test_grid_rejects_bad_arguments(members, kwargs, exc, match):
     args = {"seeds": (0,), "d_k": 4, "steps": 2, "batch_size": 2, "eval_size": 2}
     args.update(kwargs)
@@ -242,10 +289,11 @@ def test_grid_index_unknown_member(small_grid):
 
 # ---------------------------------------------------------------- running_mean
 
+
 def test_running_mean_matches_definition():
     x = np.arange(10.0) ** 2
     out = running_mean(x, 3)
-    expected = [np.mean(x[max(0, t - 2): t + 1]) for t in range(10)]
+    expected = [np.mean(x[max(0, t - 2) : t + 1]) for t in range(10)]
     np.testing.assert_allclose(out, expected, rtol=1e-12)
 
 
@@ -256,8 +304,14 @@ def test_running_mean_along_other_axis_and_long_window():
 
 
 @PROPS
-@given(arrays(np.float64, array_shapes(min_dims=1, max_dims=2, min_side=1, max_side=12),
-              elements=st.floats(-1e3, 1e3, allow_nan=False)), st.integers(1, 15))
+@given(
+    arrays(
+        np.float64,
+        array_shapes(min_dims=1, max_dims=2, min_side=1, max_side=12),
+        elements=st.floats(-1e3, 1e3, allow_nan=False),
+    ),
+    st.integers(1, 15),
+)
 def test_running_mean_properties(x, window):
     out = running_mean(x, window)
     assert out.shape == x.shape

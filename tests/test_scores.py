@@ -1,5 +1,6 @@
 """Chapter 7 score functions: each against an independent reference, the harness path against the numpy
 path, counted costs against the closed form, weight rules, linear attention, gradients, errors."""
+
 import math
 
 import numpy as np
@@ -10,9 +11,19 @@ from hypothesis import strategies as st
 
 from attn_utils.attention import attention_scores
 from attn_utils.qknorm import cosine_logits
-from attn_utils.scores import (SCORE_NAMES, ScoreCost, _register_all, init_score_params, linear_attention,
-                               sample_init_logits, score, score_cost, score_param_count, score_weights,
-                               weight_rule)
+from attn_utils.scores import (
+    SCORE_NAMES,
+    ScoreCost,
+    _register_all,
+    init_score_params,
+    linear_attention,
+    sample_init_logits,
+    score,
+    score_cost,
+    score_param_count,
+    score_weights,
+    weight_rule,
+)
 from attn_utils.softmax import softmax
 from attn_utils.tasks import recall_task
 from attn_utils.training import SCORES, ModelConfig, init_params, loss, register_score, train
@@ -79,8 +90,13 @@ def test_harness_score_equals_numpy_score_per_seed_and_head(name):
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(SCORE_NAMES), n_q=st.integers(1, 7), n_k=st.integers(1, 7), d=st.integers(1, 9),
-       batch=st.integers(1, 3))
+@given(
+    name=st.sampled_from(SCORE_NAMES),
+    n_q=st.integers(1, 7),
+    n_k=st.integers(1, 7),
+    d=st.integers(1, 9),
+    batch=st.integers(1, 3),
+)
 def test_counted_cost_equals_closed_form(name, n_q, n_k, d, batch):
     rng = np.random.default_rng(3)
     q, k = _qk(rng, lead=(batch,), n_q=n_q, n_k=n_k, d=d)
@@ -192,7 +208,7 @@ def test_gradient_through_each_score_matches_central_differences(name):
     rng = np.random.default_rng(8)
     u = {key: rng.normal(size=val.shape) for key, val in params.items()}
     eps = 1e-5
-    fd = (f({key: params[key] + eps * u[key] for key in params}) - f({key: params[key] - eps * u[key] for key in params}))
+    fd = f({key: params[key] + eps * u[key] for key in params}) - f({key: params[key] - eps * u[key] for key in params})
     ad = sum(np.sum(g[key] * u[key]) for key in params)
     assert abs(fd / (2 * eps) - ad) <= 1e-6 * max(1.0, abs(ad))
 
@@ -203,7 +219,7 @@ def test_tanh_primitive_gradient_equals_autograds_and_keeps_float32():
     from attn_utils.scores import _tanh
 
     x = np.linspace(-4.0, 4.0, 41)
-    w = np.cos(np.arange(41.0))                       # a weighted sum, so every element's derivative counts
+    w = np.cos(np.arange(41.0))  # a weighted sum, so every element's derivative counts
     ours = grad(lambda z: anp.sum(w * _tanh(z)))(x)
     theirs = grad(lambda z: anp.sum(w * anp.tanh(z)))(x)
     np.testing.assert_allclose(_tanh(x), np.tanh(x), rtol=0, atol=0)
@@ -233,7 +249,7 @@ def test_unit_primitive_value_and_gradient_equal_the_plain_formula():
     from attn_utils.scores import _EPS, _unit_prim
 
     x = np.random.default_rng(9).standard_normal((3, 4, 5))
-    x[0, 0] = 0.0                                          # a zero row stays finite
+    x[0, 0] = 0.0  # a zero row stays finite
     w = np.cos(np.arange(x.size, dtype=float)).reshape(x.shape)
     plain = lambda z: z / anp.sqrt(anp.sum(z * z, axis=-1, keepdims=True) + _EPS)  # noqa: E731
     np.testing.assert_allclose(_unit_prim(x), plain(x), rtol=1e-15, atol=0)
@@ -247,7 +263,7 @@ def test_bilinear_harness_weight_product_folds_the_batch_correctly():
     from attn_utils.scores import _Ops
 
     rng = np.random.default_rng(10)
-    x, w = rng.standard_normal((2, 3, 4, 5, 6)), rng.standard_normal((2, 4, 6, 7))   # (S, B, H, n, d), (S, H, d, e)
+    x, w = rng.standard_normal((2, 3, 4, 5, 6)), rng.standard_normal((2, 4, 6, 7))  # (S, B, H, n, d), (S, H, d, e)
     counted = ScoreCost()
     out = _Ops(counted).matmul_weight(x, w)
     np.testing.assert_allclose(out, np.einsum("sbhnd,shde->sbhne", x, w), rtol=1e-12, atol=1e-12)
@@ -257,8 +273,15 @@ def test_bilinear_harness_weight_product_folds_the_batch_correctly():
 def test_additive_and_scaled_dot_learn_recall():
     task = recall_task(n_pairs=3, n_keys=6, n_values=4)
     for name in ("additive", "scaled_dot"):
-        res = train(ModelConfig(d_model=16, score=name, scale="none"), task, seeds=[0, 1], steps=150, lr=0.02,
-                    eval_size=128, log_stats=False)
+        res = train(
+            ModelConfig(d_model=16, score=name, scale="none"),
+            task,
+            seeds=[0, 1],
+            steps=150,
+            lr=0.02,
+            eval_size=128,
+            log_stats=False,
+        )
         assert (res.accuracy > 0.9).all(), (name, res.accuracy)
 
 

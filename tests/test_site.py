@@ -3,6 +3,7 @@
 Runs after ``make html`` (CI calls ``make check-site``); skipped when the site is not built or
 Chromium is missing, so ``make test`` still passes on a machine without them.
 """
+
 from __future__ import annotations
 
 import re
@@ -53,10 +54,23 @@ def test_chapters_have_figures():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_math_renders_offline_in_chromium(page, tmp_path):
     """Headless Chromium with networking off loads the page from file:// and MathJax typesets it."""
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp_path}", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-           "--virtual-time-budget=15000", "--dump-dom", page.as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path}",
+        "--proxy-server=127.0.0.1:9",
+        "--proxy-bypass-list=<-loopback>",
+        "--virtual-time-budget=15000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     assert "</html>" in dom, "Chromium did not return the page"
     rendered = len(re.findall(r"<mjx-container", dom))

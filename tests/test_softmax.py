@@ -1,4 +1,5 @@
 """Unit and property tests for attn_utils.softmax."""
+
 import math
 
 import autograd
@@ -8,9 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
+from attn_utils import entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core, softmax_jacobian
 from attn_utils.softmax import softmax_inplace
-from attn_utils import (entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core,
-                        softmax_jacobian)
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -22,8 +22,11 @@ def naive_softmax(x):
 
 
 def finite_logits(max_n=8, bound=30.0):
-    return arrays(np.float64, array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
-                  elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False))
+    return arrays(
+        np.float64,
+        array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=max_n),
+        elements=st.floats(-bound, bound, allow_nan=False, allow_infinity=False),
+    )
 
 
 def prob_vectors(max_n=8):
@@ -32,6 +35,7 @@ def prob_vectors(max_n=8):
 
 
 # ---------------------------------------------------------------- softmax values
+
 
 def test_rows_sum_to_one_and_match_naive():
     rng = np.random.default_rng(0)
@@ -90,8 +94,9 @@ def test_no_overflow_for_huge_logits(big):
     np.testing.assert_allclose(p.sum(axis=-1), 1.0, atol=1e-15)
     np.testing.assert_allclose(p[1], 1 / 3, rtol=1e-15)
     if big > 0:
-        np.testing.assert_allclose(p[0], [1 / (1 + math.exp(-1)), 0.0, math.exp(-1) / (1 + math.exp(-1))],
-                                   rtol=1e-14, atol=0)
+        np.testing.assert_allclose(
+            p[0], [1 / (1 + math.exp(-1)), 0.0, math.exp(-1) / (1 + math.exp(-1))], rtol=1e-14, atol=0
+        )
 
 
 def test_shift_invariance_large_shift():
@@ -102,6 +107,7 @@ def test_shift_invariance_large_shift():
 
 
 # ---------------------------------------------------------------- masks
+
 
 def test_mask_true_keeps():
     x = np.array([1.0, 2.0, 3.0, 4.0])
@@ -150,6 +156,7 @@ def test_masked_entries_do_not_influence_kept_ones():
 
 # ---------------------------------------------------------------- log-softmax, entropy
 
+
 def test_log_softmax_equals_log_of_softmax():
     rng = np.random.default_rng(4)
     x = rng.normal(scale=3, size=(6, 8))
@@ -178,6 +185,7 @@ def test_entropy_one_hot_is_zero_and_batched():
 
 
 # ---------------------------------------------------------------- Jacobian
+
 
 def central_fd_jacobian(f, x, h=1e-6):
     n = x.size
@@ -250,6 +258,7 @@ def test_frobenius_uniform(n):
 
 # ---------------------------------------------------------------- properties
 
+
 @PROPS
 @given(finite_logits())
 def test_prop_rows_sum_to_one(x):
@@ -300,7 +309,7 @@ def test_prop_fast_path_equals_autograd_path(seed, rows, n):
     x = rng.normal(0, 30, (rows, n))
     x[rng.random((rows, n)) < 0.2] = -np.inf
     mask = rng.random((rows, n)) < 0.7
-    np.testing.assert_allclose(softmax_inplace(x.copy(), mask=mask), softmax_core(x, mask=mask), rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(
+        softmax_inplace(x.copy(), mask=mask), softmax_core(x, mask=mask), rtol=1e-12, atol=1e-300
+    )
     np.testing.assert_allclose(softmax_inplace(x.copy()), softmax_core(x), rtol=1e-12, atol=1e-300)
-
-

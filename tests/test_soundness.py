@@ -1,5 +1,6 @@
 """Regression tests: the core attention never hangs, is safe from threads and after fork, leaves
 no process-wide setting changed, and answers bad input with a clear error or a documented result."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -30,6 +31,7 @@ def _blas_threads() -> int:
 
 # ---------------------------------------------------------------- no hangs
 
+
 def test_one_query_against_two_million_keys_returns():
     """Used to deadlock: the tiled path ran its softmax on pool workers that waited on the same pool."""
     rng = np.random.default_rng(0)
@@ -50,11 +52,11 @@ def _attend_in_child(conn):
 def test_large_attention_in_a_forked_child_returns():
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((2, 4, 512, 16)) for _ in range(3))
-    expected = float(scaled_dot_product_attention(q, k, v)[0].sum())    # the parent has run it first
+    expected = float(scaled_dot_product_attention(q, k, v)[0].sum())  # the parent has run it first
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_attend_in_child, args=(child,))
-    with single_thread_blas():     # fork while a block is active in the parent
+    with single_thread_blas():  # fork while a block is active in the parent
         proc.start()
     proc.join(60)
     alive = proc.is_alive()
@@ -87,6 +89,7 @@ def test_calls_from_several_threads_at_once_agree_with_sequential_calls():
 
 # ---------------------------------------------------------------- no process-wide state left changed
 
+
 def test_single_thread_blas_restores_the_count_when_blocks_overlap_across_threads():
     """Used to leave BLAS at one thread for the rest of the process: each block restored "the
     previous value", which for the second of two overlapping blocks was the first block's 1."""
@@ -99,23 +102,23 @@ def test_single_thread_blas_restores_the_count_when_blocks_overlap_across_thread
                 entered.set()
                 leave.wait(10)
 
-        with single_thread_blas():                   # main thread enters first
+        with single_thread_blas():  # main thread enters first
             assert _blas_threads() == 1
             t = threading.Thread(target=worker, daemon=True)
             t.start()
-            assert entered.wait(10)                  # the worker's block overlaps the main block…
-        assert _blas_threads() == before             # …and the main block leaves first
+            assert entered.wait(10)  # the worker's block overlaps the main block…
+        assert _blas_threads() == before  # …and the main block leaves first
         leave.set()
         t.join(10)
-        assert _blas_threads() == before             # the worker leaving changes nothing either
+        assert _blas_threads() == before  # the worker leaving changes nothing either
         t2 = threading.Thread(target=worker, daemon=True)
         entered.clear()
         leave.clear()
-        t2.start()                                   # now the worker enters first
+        t2.start()  # now the worker enters first
         assert entered.wait(10)
         with single_thread_blas():
             leave.set()
-            t2.join(10)                              # the worker leaves inside the main block
+            t2.join(10)  # the worker leaves inside the main block
             assert _blas_threads() == 1
         assert _blas_threads() == before
 
@@ -130,6 +133,7 @@ def test_single_thread_blas_nests_and_restores():
 
 
 # ---------------------------------------------------------------- bad input: clear errors or documented results
+
 
 def test_empty_key_axis_gives_the_fully_masked_result():
     """Used to end in numpy's "zero-size array to reduction operation" error. Nothing to attend
@@ -147,7 +151,7 @@ def test_empty_query_or_batch_axis_gives_empty_results():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_finite_inputs_whose_scores_overflow_are_a_clear_error(dtype):
-    big = np.sqrt(np.finfo(dtype).max)                      # q·k = d_k · big² overflows
+    big = np.sqrt(np.finfo(dtype).max)  # q·k = d_k · big² overflows
     q, k = np.full((2, 4), big, dtype), np.full((3, 4), big, dtype)
     with pytest.raises(ValueError, match=f"overflowed {np.dtype(dtype).name}"):
         scaled_dot_product_attention(q, k, np.ones((3, 1), dtype), scale=1.0)
@@ -179,16 +183,20 @@ def test_dtypes_are_kept_and_agree_with_float64(dtype):
 def test_key_padding_mask_of_shape_b_1_1_nk_broadcasts():
     rng = np.random.default_rng(4)
     B, H, n_q, n_k = 2, 3, 4, 6
-    q, k, v = rng.standard_normal((B, H, n_q, 5)), rng.standard_normal((B, H, n_k, 5)), rng.standard_normal((B, H, n_k, 2))
+    q, k, v = (
+        rng.standard_normal((B, H, n_q, 5)),
+        rng.standard_normal((B, H, n_k, 5)),
+        rng.standard_normal((B, H, n_k, 2)),
+    )
     lengths = np.array([6, 3])
-    pad = (np.arange(n_k) < lengths[:, None])[:, None, None, :]          # (B, 1, 1, n_k)
+    pad = (np.arange(n_k) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, n_k)
     out, w = scaled_dot_product_attention(q, k, v, mask=pad)
     full = np.broadcast_to(pad, (B, H, n_q, n_k)).copy()
     np.testing.assert_array_equal(w, scaled_dot_product_attention(q, k, v, mask=full)[1])
     assert not w[1, ..., 3:].any()
     # equal to attention over the kept keys only
     np.testing.assert_allclose(out[1], scaled_dot_product_attention(q[1], k[1, :, :3], v[1, :, :3])[0], rtol=1e-12)
-    both = pad & causal_mask(n_q, n_k)                                   # padding and causal combined
+    both = pad & causal_mask(n_q, n_k)  # padding and causal combined
     assert scaled_dot_product_attention(q, k, v, mask=both)[1].shape == (B, H, n_q, n_k)
 
 
@@ -221,7 +229,7 @@ def test_multi_head_parameters_carry_their_head_count():
     assert w.shape == (2, 3, 3)
     np.testing.assert_array_equal(out, multi_head_attention(x, x, params, 2)[0])
     with pytest.raises(ValueError, match=r"h must be the head count the parameters were made for \(2\), received h=4"):
-        multi_head_attention(x, x, params, 4)          # used to split into 4 heads, silently changing d_k
+        multi_head_attention(x, x, params, 4)  # used to split into 4 heads, silently changing d_k
     with pytest.raises(TypeError, match="h is required"):
         multi_head_attention(x, x, dict(params))
-    assert sum(a.size for a in params.values()) == 4 * 8 * 8   # the head count is not a weight
+    assert sum(a.size for a in params.values()) == 4 * 8 * 8  # the head count is not a weight

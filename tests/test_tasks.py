@@ -1,14 +1,30 @@
 """Toy tasks: shapes, target correctness recomputed independently, determinism, argument errors."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils.tasks import (IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task, recall_task,
-                              two_relation_task)
+from attn_utils.tasks import (
+    IGNORE,
+    Task,
+    TaskBatch,
+    copy_task,
+    keyword_task,
+    previous_token_task,
+    recall_task,
+    two_relation_task,
+)
 
-ALL_TASKS = [recall_task(), recall_task(3, 5, 4, layout="interleaved"), copy_task(), previous_token_task(),
-             keyword_task(), two_relation_task(), two_relation_task(6, 3, "prev2")]
+ALL_TASKS = [
+    recall_task(),
+    recall_task(3, 5, 4, layout="interleaved"),
+    copy_task(),
+    previous_token_task(),
+    keyword_task(),
+    two_relation_task(),
+    two_relation_task(6, 3, "prev2"),
+]
 
 
 @pytest.mark.parametrize("task", ALL_TASKS, ids=lambda t: f"{t.name}-{t.seq_len}")
@@ -90,8 +106,13 @@ def test_two_relation_targets(other):
 
 
 @settings(max_examples=25, deadline=None)
-@given(n_pairs=st.integers(1, 6), extra=st.integers(0, 4), n_values=st.integers(2, 6),
-       seed=st.integers(0, 2**31), layout=st.sampled_from(["fused", "interleaved"]))
+@given(
+    n_pairs=st.integers(1, 6),
+    extra=st.integers(0, 4),
+    n_values=st.integers(2, 6),
+    seed=st.integers(0, 2**31),
+    layout=st.sampled_from(["fused", "interleaved"]),
+)
 def test_recall_answer_is_always_present(n_pairs, extra, n_values, seed, layout):
     task = recall_task(n_pairs, n_pairs + extra, n_values, layout)
     b = task.sample(seed, 8)
@@ -99,18 +120,21 @@ def test_recall_answer_is_always_present(n_pairs, extra, n_values, seed, layout)
     assert b.y.min() >= 0 and b.y.max() < n_values
 
 
-@pytest.mark.parametrize("make, kwargs, exc, word", [
-    (recall_task, {"n_pairs": 0}, ValueError, "n_pairs"),
-    (recall_task, {"n_pairs": 5, "n_keys": 3}, ValueError, "n_keys"),
-    (recall_task, {"n_values": 1}, ValueError, "n_values"),
-    (recall_task, {"layout": "zigzag"}, ValueError, "layout"),
-    (copy_task, {"length": 2.5}, TypeError, "length"),
-    (copy_task, {"vocab": 1}, ValueError, "vocab"),
-    (previous_token_task, {"n": 1}, ValueError, "n"),
-    (keyword_task, {"n_keywords": 0}, ValueError, "n_keywords"),
-    (two_relation_task, {"other": "next"}, ValueError, "other"),
-    (two_relation_task, {"n": 2}, ValueError, "n"),
-])
+@pytest.mark.parametrize(
+    "make, kwargs, exc, word",
+    [
+        (recall_task, {"n_pairs": 0}, ValueError, "n_pairs"),
+        (recall_task, {"n_pairs": 5, "n_keys": 3}, ValueError, "n_keys"),
+        (recall_task, {"n_values": 1}, ValueError, "n_values"),
+        (recall_task, {"layout": "zigzag"}, ValueError, "layout"),
+        (copy_task, {"length": 2.5}, TypeError, "length"),
+        (copy_task, {"vocab": 1}, ValueError, "vocab"),
+        (previous_token_task, {"n": 1}, ValueError, "n"),
+        (keyword_task, {"n_keywords": 0}, ValueError, "n_keywords"),
+        (two_relation_task, {"other": "next"}, ValueError, "other"),
+        (two_relation_task, {"n": 2}, ValueError, "n"),
+    ],
+)
 def test_bad_task_arguments(make, kwargs, exc, word):
     with pytest.raises(exc, match=word):
         make(**kwargs)

@@ -1,5 +1,6 @@
 """Training harness: gradients vs finite differences, every variant learns, determinism,
 independence of the seed axis, head masks, and argument errors."""
+
 from dataclasses import replace
 
 import autograd.numpy as anp
@@ -8,8 +9,17 @@ import pytest
 from autograd import grad
 
 from attn_utils.tasks import TaskBatch, copy_task, keyword_task, previous_token_task, two_relation_task
-from attn_utils.training import (SCORES, ModelConfig, attention_weights, evaluate, forward, init_params, loss,
-                                 register_score, train)
+from attn_utils.training import (
+    SCORES,
+    ModelConfig,
+    attention_weights,
+    evaluate,
+    forward,
+    init_params,
+    loss,
+    register_score,
+    train,
+)
 
 
 # a score with its own parameters and a different weight rule, registered the way chapter 7 will
@@ -18,7 +28,7 @@ def _bilinear(q, k, params):
 
 
 def _bilinear_init(rng, n_heads, d_k, d_model):
-    return {"W": np.eye(d_k) + rng.normal(0, d_k ** -0.5, (n_heads, d_k, d_k))}
+    return {"W": np.eye(d_k) + rng.normal(0, d_k**-0.5, (n_heads, d_k, d_k))}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,15 +42,23 @@ def _test_scores():
 
 BASE = dict(d_model=8, n_heads=2)
 VARIANTS = {
-    "sqrt": {}, "none": {"scale": "none"}, "quarter": {"scale": "quarter"}, "linear": {"scale": "linear"},
-    "learned": {"scale": "learned"}, "share_qk": {"share_qk": True}, "qk_norm": {"qk_norm": True},
+    "sqrt": {},
+    "none": {"scale": "none"},
+    "quarter": {"scale": "quarter"},
+    "linear": {"scale": "linear"},
+    "learned": {"scale": "learned"},
+    "share_qk": {"share_qk": True},
+    "qk_norm": {"qk_norm": True},
     "qk_norm_shared": {"qk_norm": True, "share_qk": True},
     "t5": {"scale": "none", "q_init_scale": 0.5},
     "two_layers_causal": {"n_layers": 2, "causal": True},
     "head_mask": {"n_heads": 4, "d_k": 3, "d_v": 2, "head_mask": (1, 0, 1, 1)},
-    "sinusoidal": {"positional": "sinusoidal"}, "mean_readout": {"readout": "mean"},
-    "bilinear": {"score": "test_bilinear"}, "sigmoid": {"score": "test_sigmoid"},
-    "mean_pool": {"encoder": "mean_pool"}, "last_state": {"encoder": "last_state"},
+    "sinusoidal": {"positional": "sinusoidal"},
+    "mean_readout": {"readout": "mean"},
+    "bilinear": {"score": "test_bilinear"},
+    "sigmoid": {"score": "test_sigmoid"},
+    "mean_pool": {"encoder": "mean_pool"},
+    "last_state": {"encoder": "last_state"},
 }
 
 
@@ -83,8 +101,18 @@ def test_every_variant_trains_below_threshold(name):
 
 def test_sgd_and_fixed_training_set():
     task = previous_token_task(n=6, vocab=4)
-    res = train(ModelConfig(d_model=16), task, seeds=[0, 1], steps=150, lr=0.1, optimizer="sgd", momentum=0.9,
-                train_size=64, batch_size=16, eval_size=64)
+    res = train(
+        ModelConfig(d_model=16),
+        task,
+        seeds=[0, 1],
+        steps=150,
+        lr=0.1,
+        optimizer="sgd",
+        momentum=0.9,
+        train_size=64,
+        batch_size=16,
+        eval_size=64,
+    )
     assert (res.loss[-10:].mean(axis=0) < 0.1).all() and (res.accuracy > 0.95).all()
 
 
@@ -124,7 +152,7 @@ def test_t5_fold_gives_identical_forward_at_init():
     task = previous_token_task(n=6, vocab=5)
     x = task.sample(0, 4).x
     sq = ModelConfig(d_model=16, n_heads=2)
-    t5 = ModelConfig(d_model=16, n_heads=2, scale="none", q_init_scale=sq.head_dim ** -0.5)
+    t5 = ModelConfig(d_model=16, n_heads=2, scale="none", q_init_scale=sq.head_dim**-0.5)
     out_sq = forward(init_params(sq, task, [0, 1]), sq, task, x)
     out_t5 = forward(init_params(t5, task, [0, 1]), t5, task, x)
     np.testing.assert_allclose(out_sq, out_t5, rtol=1e-12, atol=1e-12)
@@ -132,7 +160,7 @@ def test_t5_fold_gives_identical_forward_at_init():
 
 def test_scale_rules_and_learned_init():
     d_k = 16
-    rules = {"none": 1.0, "quarter": d_k ** -0.25, "sqrt": d_k ** -0.5, "linear": 1 / d_k, "learned": d_k ** -0.5}
+    rules = {"none": 1.0, "quarter": d_k**-0.25, "sqrt": d_k**-0.5, "linear": 1 / d_k, "learned": d_k**-0.5}
     for rule, c in rules.items():
         assert ModelConfig(d_model=16, scale=rule).fixed_scale() == pytest.approx(c)
     cfg = ModelConfig(d_model=16, scale="learned", learned_scale_init=1.0)
@@ -142,13 +170,14 @@ def test_scale_rules_and_learned_init():
 
 def test_qk_norm_bounds_logits_and_stats_shapes():
     task = previous_token_task(n=6, vocab=4)
-    res = train(ModelConfig(d_model=16, qk_norm=True, scale="sqrt"), task, seeds=[0, 1, 2], steps=40, lr=0.05,
-                eval_size=32)
+    res = train(
+        ModelConfig(d_model=16, qk_norm=True, scale="sqrt"), task, seeds=[0, 1, 2], steps=40, lr=0.05, eval_size=32
+    )
     assert set(res.stats) == {"max_logit", "attn_entropy", "grad_norm"}
     assert all(v.shape == (40, 3) for v in res.stats.values())
-    gain = np.exp(res.params["L0.log_gain"]).max(axis=1)          # (S,) final gain
+    gain = np.exp(res.params["L0.log_gain"]).max(axis=1)  # (S,) final gain
     # |logit| <= c * gain * |q||k| = d_k^-1/2 * gain * d_k; the gain only moved a little per step
-    assert (res.stats["max_logit"][-1] <= 16 ** 0.5 * gain * 1.01).all()
+    assert (res.stats["max_logit"][-1] <= 16**0.5 * gain * 1.01).all()
 
 
 def test_attention_weights_rows_and_causality():
@@ -164,7 +193,7 @@ def test_attention_weights_rows_and_causality():
 def test_trained_previous_token_attends_to_previous_position():
     task = previous_token_task(n=6, vocab=4)
     res = train(ModelConfig(d_model=16), task, seeds=[0], steps=150, lr=0.03)
-    w = res.attention(task.sample(9, 64).x)[0][0, :, 0]            # (batch, n, n)
+    w = res.attention(task.sample(9, 64).x)[0][0, :, 0]  # (batch, n, n)
     assert (np.argmax(w.mean(axis=0), axis=1)[1:] == np.arange(5)).all()
 
 
@@ -183,8 +212,9 @@ def test_head_mask_pruning():
         assert both[s] == one
     # masking through the config is the same as masking at evaluation
     masked_cfg = replace(cfg, head_mask=(1, 0, 1, 1))
-    np.testing.assert_allclose(evaluate(res.params, masked_cfg, task, res.eval_batch)["loss"],
-                               res.evaluate(head_mask=(1, 0, 1, 1))["loss"])
+    np.testing.assert_allclose(
+        evaluate(res.params, masked_cfg, task, res.eval_batch)["loss"], res.evaluate(head_mask=(1, 0, 1, 1))["loss"]
+    )
 
 
 def test_float32_runs_and_matches_float64_closely():
@@ -196,37 +226,43 @@ def test_float32_runs_and_matches_float64_closely():
 
 
 # ------------------------------------------------------------------ bad arguments
-@pytest.mark.parametrize("kwargs, exc, word", [
-    ({"scale": "cubic"}, ValueError, "scale"),
-    ({"d_model": 0}, ValueError, "d_model"),
-    ({"d_model": 10, "n_heads": 3}, ValueError, "d_k"),
-    ({"n_heads": 2.0}, TypeError, "n_heads"),
-    ({"score": "nope"}, ValueError, "score"),
-    ({"encoder": "lstm"}, ValueError, "encoder"),
-    ({"positional": "rotary"}, ValueError, "positional"),
-    ({"share_qk": 1}, TypeError, "share_qk"),
-    ({"q_init_scale": 0.0}, ValueError, "q_init_scale"),
-    ({"n_heads": 2, "head_mask": (1, 0, 1)}, ValueError, "head_mask"),
-    ({"head_mask": (0.5,)}, ValueError, "head_mask"),
-    ({"dtype": "float16"}, ValueError, "dtype"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, word",
+    [
+        ({"scale": "cubic"}, ValueError, "scale"),
+        ({"d_model": 0}, ValueError, "d_model"),
+        ({"d_model": 10, "n_heads": 3}, ValueError, "d_k"),
+        ({"n_heads": 2.0}, TypeError, "n_heads"),
+        ({"score": "nope"}, ValueError, "score"),
+        ({"encoder": "lstm"}, ValueError, "encoder"),
+        ({"positional": "rotary"}, ValueError, "positional"),
+        ({"share_qk": 1}, TypeError, "share_qk"),
+        ({"q_init_scale": 0.0}, ValueError, "q_init_scale"),
+        ({"n_heads": 2, "head_mask": (1, 0, 1)}, ValueError, "head_mask"),
+        ({"head_mask": (0.5,)}, ValueError, "head_mask"),
+        ({"dtype": "float16"}, ValueError, "dtype"),
+    ],
+)
 def test_bad_config(kwargs, exc, word):
     with pytest.raises(exc, match=word):
         ModelConfig(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs, exc, word", [
-    ({"seeds": 3}, TypeError, "seeds"),
-    ({"seeds": []}, ValueError, "seeds"),
-    ({"seeds": [0, 0]}, ValueError, "seeds"),
-    ({"seeds": [0.5]}, TypeError, "seeds"),
-    ({"steps": 0}, ValueError, "steps"),
-    ({"lr": -1.0}, ValueError, "lr"),
-    ({"optimizer": "rmsprop"}, ValueError, "optimizer"),
-    ({"batch_size": 0}, ValueError, "batch_size"),
-    ({"momentum": 0.9}, ValueError, "momentum"),
-    ({"train_size": 0}, ValueError, "train_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, word",
+    [
+        ({"seeds": 3}, TypeError, "seeds"),
+        ({"seeds": []}, ValueError, "seeds"),
+        ({"seeds": [0, 0]}, ValueError, "seeds"),
+        ({"seeds": [0.5]}, TypeError, "seeds"),
+        ({"steps": 0}, ValueError, "steps"),
+        ({"lr": -1.0}, ValueError, "lr"),
+        ({"optimizer": "rmsprop"}, ValueError, "optimizer"),
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"momentum": 0.9}, ValueError, "momentum"),
+        ({"train_size": 0}, ValueError, "train_size"),
+    ],
+)
 def test_bad_train_arguments(kwargs, exc, word):
     with pytest.raises(exc, match=word):
         train(ModelConfig(d_model=8), previous_token_task(), **{"steps": 2, **kwargs})

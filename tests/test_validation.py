@@ -1,10 +1,22 @@
 """Bad input fails loudly, naming the argument and showing expected vs received shape."""
+
 import numpy as np
 import pytest
 
-from attn_utils import (attention_query_jacobian, attention_scores, causal_mask, default_scale, entropy,
-                        init_mha_params, log_softmax, merge_heads, multi_head_attention, scaled_dot_product_attention,
-                        softmax, split_heads)
+from attn_utils import (
+    attention_query_jacobian,
+    attention_scores,
+    causal_mask,
+    default_scale,
+    entropy,
+    init_mha_params,
+    log_softmax,
+    merge_heads,
+    multi_head_attention,
+    scaled_dot_product_attention,
+    softmax,
+    split_heads,
+)
 from attn_utils.validation import as_float_array, positive_int, positive_scalar
 
 rng = np.random.default_rng(50)
@@ -14,6 +26,7 @@ V = rng.normal(size=(5, 2))
 
 
 # ---------------------------------------------------------------- ranks and sizes
+
 
 def test_q_with_too_few_axes():
     with pytest.raises(ValueError, match=r"q must have at least 2 axes, received shape \(4,\)"):
@@ -41,8 +54,11 @@ def test_mismatched_n_k_between_k_and_v():
 
 def test_different_leading_axes_do_not_broadcast():
     q = np.ones((2, 3, 4))
-    with pytest.raises(ValueError, match=r"leading \(batch/head\) axes must be identical; received q \(2, 3, 4\), "
-                                         r"k \(5, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"leading \(batch/head\) axes must be identical; received q \(2, 3, 4\), "
+        r"k \(5, 4\)",
+    ):
         scaled_dot_product_attention(q, K, V)
     with pytest.raises(ValueError, match=r"q \(2, 3, 4\), k \(2, 5, 4\), v \(1, 5, 2\)"):
         scaled_dot_product_attention(q, np.ones((2, 5, 4)), np.ones((1, 5, 2)))
@@ -53,6 +69,7 @@ def test_different_leading_axes_do_not_broadcast():
 
 
 # ---------------------------------------------------------------- scale
+
 
 @pytest.mark.parametrize("scale", [0, 0.0, -1.0, float("nan"), float("inf")])
 def test_bad_scale_value(scale):
@@ -73,6 +90,7 @@ def test_scale_accepts_numpy_scalars():
 
 
 # ---------------------------------------------------------------- non-finite input
+
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("which", ["q", "k", "v"])
@@ -109,6 +127,7 @@ def test_entropy_rejects_negative():
 
 # ---------------------------------------------------------------- masks
 
+
 def test_non_bool_mask():
     with pytest.raises(TypeError, match=r"mask must be boolean .*received dtype int64"):
         scaled_dot_product_attention(Q, K, V, mask=np.ones((3, 5), dtype=np.int64))
@@ -117,13 +136,17 @@ def test_non_bool_mask():
 
 
 def test_wrong_mask_shape():
-    with pytest.raises(ValueError, match=r"mask of shape \(5, 3\) must broadcast to the scores \(\.\.\., n_q, n_k\) = \(3, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(5, 3\) must broadcast to the scores \(\.\.\., n_q, n_k\) = \(3, 5\)"
+    ):
         scaled_dot_product_attention(Q, K, V, mask=np.ones((5, 3), bool))
     with pytest.raises(ValueError, match=r"mask of shape \(4,\) must broadcast"):
         scaled_dot_product_attention(Q, K, V, mask=np.ones(4, bool))
-    scaled_dot_product_attention(Q, K, V, mask=np.ones(5, bool))   # (n_k,) broadcasts, as in numpy
+    scaled_dot_product_attention(Q, K, V, mask=np.ones(5, bool))  # (n_k,) broadcasts, as in numpy
     # a mask may not enlarge the batch
-    with pytest.raises(ValueError, match=r"mask of shape \(2, 3, 5\) must broadcast to the scores .* without enlarging them"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(2, 3, 5\) must broadcast to the scores .* without enlarging them"
+    ):
         scaled_dot_product_attention(Q, K, V, mask=np.ones((2, 3, 5), bool))
 
 
@@ -135,6 +158,7 @@ def test_softmax_mask_shape():
 
 
 # ---------------------------------------------------------------- heads, causal mask, ints
+
 
 def test_split_heads_not_divisible():
     with pytest.raises(ValueError, match=r"x last axis \(10\) must be divisible by h=3; received shape \(4, 10\)"):

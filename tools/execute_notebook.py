@@ -5,6 +5,7 @@ Usage: python tools/execute_notebook.py chapters/01_dot_product_variance.ipynb [
 Run this before committing a notebook: the committed outputs are what nbval
 re-runs and compares, and what the website shows. Prints the time each took.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,13 @@ def execute(path: Path, timeout: int = 300) -> float:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     start = time.perf_counter()
     # Run from the notebook's folder so relative paths behave as in Jupyter Lab.
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     elapsed = time.perf_counter() - start
     for cell in nb.cells:  # timestamps would make every re-run a diff
         cell.metadata.pop("execution", None)
