@@ -10,7 +10,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test test-portable check-site lab execute execute-all summaries constraints clean
+.PHONY: html pdf test test-portable lint check-site lab execute execute-all summaries constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -40,6 +40,11 @@ NPY_AVX512 = $$($(BIN)/python -c 'from numpy._core._multiarray_umath import __cp
 test-portable: $(STAMP)
 	OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=2 NPY_DISABLE_CPU_FEATURES="$(NPY_AVX512)" \
 	  $(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-current-env chapters
+
+# Lint and format check of the Python code (ruff, configured in pyproject.toml). To fix: ruff check --fix; ruff format
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # After make html: the site works offline (assets local, math rendered by headless Chromium).
 check-site: $(STAMP)
