@@ -43,7 +43,7 @@ def check(
     """Assert ``|measured − theory| ≤ tol`` (or ``≤ tol·|theory|`` when ``rel``).
 
     Prints e.g. ``Var(q·k)/d_k = 1.003 (theory 1, tol 0.05)  ✓`` and raises
-    ``AssertionError`` with the same line marked ✗ when it fails. Returns the
+    ``AssertionError`` with the same line marked with a cross when it fails. Returns the
     measured value as a Python float (ready for ``glue``). ``approx=True`` marks a
     measurement of a trained model (``≈``, see the module docstring).
     """

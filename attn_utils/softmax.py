@@ -152,7 +152,7 @@ def softmax_jacobian(p) -> np.ndarray:
 
 
 def jacobian_frobenius_sq(p) -> np.ndarray:
-    """Closed form ‖diag(p) − p pᵀ‖_F² = Σp² − 2Σp³ + (Σp²)².
+    """Closed form ``‖diag(p) − p pᵀ‖_F² = Σp² − 2Σp³ + (Σp²)²``.
 
     p : (..., n); returns (...).
     The three terms cancel when p is nearly one-hot (about 1 − max p < 1e-6): the result
