@@ -18,7 +18,6 @@ Two ways to drop the explicit ``1/√d_k``:
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -32,12 +31,13 @@ from .threads import single_thread_blas
 from .training import (
     SCORES,
     ModelConfig,
-    _forward_core,
-    _per_seed_ce,
-    _prepare,
-    _prepare_y,
+    adam,
     init_params,
+    per_seed_loss,
     register_score,
+    seed_tuple,
+    sgd,
+    step_batches,
 )
 from .validation import as_float_array, positive_int, positive_scalar
 
@@ -88,35 +88,18 @@ def _multipliers(name: str, mult: Mapping[str, float] | None, keys) -> dict[str,
     return {k: positive_scalar(f"{name}[{k!r}]", mult.get(k, 1.0)) for k in keys}
 
 
-def _batches(task: Task, seeds: tuple[int, ...], steps: int, batch_size: int):
-    """The fresh batches :func:`attn_utils.train` uses: default_rng([seed, 1]), steps·batch examples, in order."""
-    parts = [task.sample(np.random.default_rng([s, 1]), steps * batch_size) for s in seeds]
-    S = len(seeds)
-    xs = np.stack([b.x for b in parts]).reshape(S, steps, batch_size, -1).swapaxes(0, 1)
-    ys = np.stack([b.y for b in parts])
-    ys = ys.reshape((S, steps, batch_size) + ys.shape[2:]).swapaxes(0, 1)
-    return xs, ys
-
-
-def _seed_tuple(seeds) -> tuple[int, ...]:
-    if isinstance(seeds, (numbers.Integral, str, bytes)):
-        raise TypeError(f"seeds must be a sequence of ints such as range(8), received {seeds!r}")
-    return tuple(int(s) for s in seeds)
-
-
 def _optimise(
     config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params, optimizer: str
 ) -> tuple[np.ndarray, Params]:
-    """The update loop. lrs[k], epss[k] : (S,) per-seed rate and Adam ε of parameter k.
+    """The update loop, with the harness's optimisers. lrs[k], epss[k] : (S,) per-seed rate and
+    Adam ε of parameter k.
 
     Returns (loss (steps, S) per seed before each update, final params)."""
     steps, S = xs.shape[0], xs.shape[1]
     per_seed = {}
 
     def objective(q, x, y):
-        xx, hm = _prepare(q, config, task, x, None)
-        logits = _forward_core(q, config, task.per_position, xx, hm)[0]
-        values = _per_seed_ce(logits, _prepare_y(task, xx, y))
+        values = per_seed_loss(q, config, task, x, y)
         per_seed["loss"] = getval(values)  # the per-seed values, without a second forward pass
         return anp.sum(values)
 
@@ -124,22 +107,13 @@ def _optimise(
     shape = {k: (S,) + (1,) * (v.ndim - 1) for k, v in p.items()}
     lrs = {k: np.reshape(v, shape[k]) for k, v in lrs.items()}
     epss = {k: np.reshape(v, shape[k]) for k, v in epss.items()}
-    m = {k: np.zeros_like(v) for k, v in p.items()}
-    s = {k: np.zeros_like(v) for k, v in p.items()}
+    step = sgd(p, lrs) if optimizer == "sgd" else adam(p, lrs, eps=epss)
     history = np.empty((steps, S))
-    b1, b2 = 0.9, 0.999
     with single_thread_blas():
         for t in range(steps):
             _, g = vg(p, xs[t], ys[t])
             history[t] = per_seed["loss"]
-            for k in p:
-                if optimizer == "sgd":
-                    p[k] = p[k] - lrs[k] * g[k]
-                    continue
-                m[k] = b1 * m[k] + (1 - b1) * g[k]
-                s[k] = b2 * s[k] + (1 - b2) * g[k] ** 2
-                m_hat, s_hat = m[k] / (1 - b1 ** (t + 1)), s[k] / (1 - b2 ** (t + 1))
-                p[k] = p[k] - lrs[k] * m_hat / (np.sqrt(s_hat) + epss[k])
+            p = step(p, g, t + 1)
     return history, p
 
 
@@ -174,12 +148,12 @@ def train_per_parameter(
     steps = positive_int("steps", steps)
     batch_size = positive_int("batch_size", batch_size)
     lr = positive_scalar("lr", lr)
-    seeds = _seed_tuple(seeds)
+    seeds = seed_tuple(seeds)
     p = init_params(config, task, seeds) if params is None else {k: np.array(v) for k, v in params.items()}
     S = len(seeds)
     lrs = {k: np.full(S, lr * m) for k, m in _multipliers("lr_mult", lr_mult, p).items()}
     epss = {k: np.full(S, 1e-8 * m) for k, m in _multipliers("eps_mult", eps_mult, p).items()}
-    xs, ys = _batches(task, seeds, steps, batch_size)
+    xs, ys = step_batches(task, seeds, steps, batch_size)
     return _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
 
 
@@ -210,7 +184,7 @@ def train_variants(
     steps = positive_int("steps", steps)
     batch_size = positive_int("batch_size", batch_size)
     lr = positive_scalar("lr", lr)
-    seeds = _seed_tuple(seeds)
+    seeds = seed_tuple(seeds)
     if not isinstance(variants, Mapping) or not variants:
         raise TypeError("variants must be a non-empty dict {name: {'lr': …, 'lr_mult': {…}, 'eps_mult': {…}}}")
     base = init_params(config, task, seeds)
@@ -227,7 +201,7 @@ def train_variants(
         for k, m in _multipliers(f"variants[{name!r}]['eps_mult']", spec.get("eps_mult"), base).items():
             epss[k][part] = 1e-8 * m
     p = {k: np.concatenate([v] * V) for k, v in base.items()}
-    xs, ys = _batches(task, seeds, steps, batch_size)
+    xs, ys = step_batches(task, seeds, steps, batch_size)
     xs, ys = np.concatenate([xs] * V, axis=1), np.concatenate([ys] * V, axis=1)
     history, p = _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
     return {

@@ -235,19 +235,20 @@ def train_scale_rules(
 
     from .tasks import TaskBatch
     from .threads import single_thread_blas
-    from .training import (
+    from .training import (  # local import: training imports nothing from here
         SCALE_RULES,
         ModelConfig,
-        _check_seeds,
-        _forward_core,
-        _per_seed_ce,
-        _stacked_batches,
-        evaluate,  # local import: training imports nothing from here
+        adam,
+        evaluate,
         init_params,
+        per_seed_loss,
+        seed_batches,
+        seed_tuple,
+        step_batches,
     )
     from .validation import positive_scalar
 
-    seeds = _check_seeds(seeds)
+    seeds = seed_tuple(seeds)
     steps, batch_size, eval_size = (
         positive_int(n, v) for n, v in (("steps", steps), ("batch_size", batch_size), ("eval_size", eval_size))
     )
@@ -280,45 +281,27 @@ def train_scale_rules(
     params["L0.log_scale"] = np.repeat(log_c, S)[:, None].astype(dtype)  # (M·S, 1 head)
     lr = np.repeat([lr for _, lr in members], S).astype(dtype)  # (M·S,)
 
-    data = _stacked_batches(task, seeds, 1, steps * batch_size)
-    xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)  # (steps, S, B, n)
-    ys = data.y.reshape((S, steps, batch_size) + data.y.shape[2:]).swapaxes(0, 1)
-    head_on = config.head_mask_array()
+    xs, ys = step_batches(task, seeds, steps, batch_size)  # (steps, S, B, …)
     log: dict = {}
 
     def objective(p, x, y):
-        logits = _forward_core(p, config, task.per_position, x, head_on, None)[0]
-        per_seed = _per_seed_ce(logits, y)
+        per_seed = per_seed_loss(p, config, task, x, y)
         log["loss"] = getval(per_seed)
         return anp.sum(per_seed)  # seeds and members do not interact: one gradient call
 
     vg = value_and_grad(objective)
-    beta1, beta2, eps = 0.9, 0.999, 1e-8  # as attn_utils.train's Adam
-    mom = {k: np.zeros_like(v) for k, v in params.items()}
-    sec = {k: np.zeros_like(v) for k, v in params.items()}
+    # the harness's Adam, with one learning rate per member (broadcast over each parameter)
+    step = adam(params, {k: lr.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()})
     losses = np.empty((steps, M * S))
-    lr_b = {k: lr.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()}  # per-member lr, broadcastable
     frozen = ~learns[:, None]
     xs_all, ys_all = np.concatenate([xs] * M, axis=1), np.concatenate([ys] * M, axis=1)  # (steps, M·S, B, …)
     with single_thread_blas():
         for t in range(1, steps + 1):
             _, grads = vg(params, xs_all[t - 1], ys_all[t - 1])
             losses[t - 1] = log["loss"]
-            grads["L0.log_scale"][frozen] = 0.0  # fixed rules: frozen
-            c1, c2 = 1 - beta1**t, 1 - beta2**t
-            for k in params:
-                # the harness's Adam, operation for operation, written in place (fewer temporaries)
-                g, m, v = grads[k], mom[k], sec[k]
-                m *= beta1
-                m += (1 - beta1) * g
-                v *= beta2
-                v += (1 - beta2) * np.square(g)
-                upd = lr_b[k] * (m / c1)
-                denom = np.sqrt(v / c2)
-                denom += eps
-                upd /= denom
-                params[k] = params[k] - upd
-        held_out = _stacked_batches(task, seeds, 2, eval_size)
+            grads["L0.log_scale"][frozen] = 0.0  # fixed rules: frozen (Adam's step is then exactly 0)
+            params = step(params, grads, t)
+        held_out = seed_batches(task, seeds, 2, eval_size)
         tiled = TaskBatch(
             np.concatenate([held_out.x] * M),
             np.concatenate([held_out.y] * M),

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import autograd.numpy as anp
@@ -295,7 +295,7 @@ def _init_one(seed: int, cfg: ModelConfig, task: Task) -> Params:
 
 def init_params(config: ModelConfig, task: Task, seeds: Sequence[int]) -> Params:
     """Parameters for every seed, stacked on a leading axis: each entry is (S, …)."""
-    seeds = _check_seeds(seeds)
+    seeds = seed_tuple(seeds)
     _check_config_task(config, task)
     per_seed = [_init_one(s, config, task) for s in seeds]  # once per run; keeps seeds independent
     return {k: np.stack([p[k] for p in per_seed]).astype(config.dtype) for k in per_seed[0]}
@@ -543,19 +543,45 @@ def evaluate(
     return {"accuracy": _accuracy(logits, y), "loss": np.asarray(_per_seed_ce(logits, y))}
 
 
-def loss(params: Params, config: ModelConfig, task: Task, x, y, head_mask=None):
-    """Training objective: sum over seeds of each seed's mean cross-entropy (autograd-differentiable in params).
+def per_seed_loss(params: Params, config: ModelConfig, task: Task, x, y, head_mask=None):
+    """Each seed's mean cross-entropy, (S,) (autograd-differentiable in params).
 
     x : (S, batch, n) or (batch, n); y : matching (…, n) with ``IGNORE`` or (…,) per sequence.
     """
     x, hm = _prepare(params, config, task, x, head_mask)
     y = _prepare_y(task, x, y)
     logits = _forward_core(params, config, task.per_position, x, hm)[0]
-    return anp.sum(_per_seed_ce(logits, y))
+    return _per_seed_ce(logits, y)
+
+
+def loss(params: Params, config: ModelConfig, task: Task, x, y, head_mask=None):
+    """Training objective: sum over seeds of each seed's mean cross-entropy (autograd-differentiable in params).
+
+    Seeds do not interact, so one gradient of the sum trains every seed. Arguments as in
+    :func:`per_seed_loss`.
+    """
+    return anp.sum(per_seed_loss(params, config, task, x, y, head_mask))
 
 
 # --------------------------------------------------------------------------- optimisers
-def _adam(params: Params, lr: float, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8):
+def _per_parameter(name: str, value, params: Params) -> dict:
+    """``value`` for every parameter: one number for all, or a dict with an entry per parameter
+    (a number, or an array that broadcasts against it, e.g. one value per seed of shape (S, 1, …))."""
+    if isinstance(value, Mapping):
+        missing = set(params) - set(value)
+        if missing:
+            raise ValueError(f"{name} has no entry for parameters {sorted(missing)}")
+        return {k: value[k] for k in params}
+    return {k: value for k in params}
+
+
+def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8):
+    """The book's one Adam: returns ``step(params, grads, t) -> params`` (``t`` counts from 1).
+
+    ``lr`` and ``eps`` are a number, or per parameter (see :func:`_per_parameter`), so one loop
+    can train many learning rates or ε (one per seed slot) at once.
+    """
+    lr, eps = _per_parameter("lr", lr, params), _per_parameter("eps", eps, params)
     m = {k: np.zeros_like(v) for k, v in params.items()}
     s = {k: np.zeros_like(v) for k, v in params.items()}
 
@@ -565,26 +591,28 @@ def _adam(params: Params, lr: float, beta1: float = 0.9, beta2: float = 0.999, e
             m[k] = beta1 * m[k] + (1 - beta1) * grads[k]
             s[k] = beta2 * s[k] + (1 - beta2) * grads[k] ** 2
             m_hat, s_hat = m[k] / (1 - beta1**t), s[k] / (1 - beta2**t)
-            out[k] = params[k] - lr * m_hat / (np.sqrt(s_hat) + eps)
+            out[k] = params[k] - lr[k] * m_hat / (np.sqrt(s_hat) + eps[k])
         return out
 
     return step
 
 
-def _sgd(params: Params, lr: float, momentum: float = 0.0):
+def sgd(params: Params, lr, momentum: float = 0.0):
+    """SGD with optional momentum: ``step(params, grads, t) -> params``; ``lr`` as in :func:`adam`."""
+    lr = _per_parameter("lr", lr, params)
     vel = {k: np.zeros_like(v) for k, v in params.items()}
 
     def step(params: Params, grads: Params, t: int) -> Params:
         out = {}
         for k in params:
             vel[k] = momentum * vel[k] + grads[k]
-            out[k] = params[k] - lr * vel[k]
+            out[k] = params[k] - lr[k] * vel[k]
         return out
 
     return step
 
 
-OPTIMIZERS: dict[str, Callable] = {"adam": _adam, "sgd": _sgd}
+OPTIMIZERS: dict[str, Callable] = {"adam": adam, "sgd": sgd}
 """name -> factory(params, lr, **options) returning ``step(params, grads, t) -> params`` (t from 1)."""
 
 
@@ -626,7 +654,8 @@ class TrainResult:
         return evaluate(self.params, self.config, self.task, self.eval_batch if batch is None else batch, head_mask)
 
 
-def _check_seeds(seeds) -> tuple[int, ...]:
+def seed_tuple(seeds) -> tuple[int, ...]:
+    """``seeds`` validated: distinct non-negative ints, at least one."""
     if isinstance(seeds, (numbers.Integral, np.integer)) or isinstance(seeds, (str, bytes)):
         raise TypeError(f"seeds must be a sequence of ints such as range(4) or [0, 1], received {seeds!r}")
     try:
@@ -650,7 +679,7 @@ def _check_config_task(config, task) -> None:
         raise TypeError(f"task must be a Task (e.g. from recall_task), received {type(task).__name__}")
 
 
-def _stacked_batches(task: Task, seeds: tuple[int, ...], stream: int, count: int) -> TaskBatch:
+def seed_batches(task: Task, seeds: tuple[int, ...], stream: int, count: int) -> TaskBatch:
     """``count`` examples per seed from ``default_rng([seed, stream])``: x (S, count, n)."""
     parts = [task.sample(np.random.default_rng([s, stream]), count) for s in seeds]
     return TaskBatch(
@@ -658,6 +687,16 @@ def _stacked_batches(task: Task, seeds: tuple[int, ...], stream: int, count: int
         np.stack([b.y for b in parts]),
         {k: np.stack([b.info[k] for b in parts]) for k in parts[0].info},
     )
+
+
+def step_batches(task: Task, seeds: tuple[int, ...], steps: int, batch_size: int):
+    """The fresh training batches of :func:`train`: x (steps, S, batch, n) and y to match, drawn
+    in order from ``default_rng([seed, 1])``, so every trainer that uses them sees the same data."""
+    S = len(seeds)
+    data = seed_batches(task, seeds, 1, steps * batch_size)
+    xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)
+    ys = data.y.reshape((S, steps, batch_size) + data.y.shape[2:]).swapaxes(0, 1)
+    return xs, ys
 
 
 def train(
@@ -688,7 +727,7 @@ def train(
     Returns a :class:`TrainResult`.
     """
     _check_config_task(config, task)
-    seeds = _check_seeds(seeds)
+    seeds = seed_tuple(seeds)
     steps = positive_int("steps", steps)
     lr = positive_scalar("lr", lr)
     batch_size = positive_int("batch_size", batch_size)
@@ -708,12 +747,10 @@ def train(
         else OPTIMIZERS[optimizer](params, lr)
     )
     if train_size is None:
-        data = _stacked_batches(task, seeds, 1, steps * batch_size)
-        xs = data.x.reshape(S, steps, batch_size, -1).swapaxes(0, 1)  # (steps, S, B, n)
-        ys = data.y.reshape((S, steps, batch_size) + data.y.shape[2:]).swapaxes(0, 1)
+        xs, ys = step_batches(task, seeds, steps, batch_size)
     else:
         train_size = positive_int("train_size", train_size)
-        data = _stacked_batches(task, seeds, 1, train_size)
+        data = seed_batches(task, seeds, 1, train_size)
         pick = np.stack(
             [np.random.default_rng([s, 4]).integers(0, train_size, (steps, batch_size)) for s in seeds], axis=1
         )  # (steps, S, B)
@@ -743,7 +780,7 @@ def train(
                     stats.setdefault(key, np.empty((steps, S)))[t] = val
             params = step_fn(params, grads, t + 1)
         seconds = time.perf_counter() - t0
-        held_out = _stacked_batches(task, seeds, 2, eval_size)
+        held_out = seed_batches(task, seeds, 2, eval_size)
         ev = evaluate(params, config, task, held_out)
     return TrainResult(config, task, seeds, losses, ev["accuracy"], ev["loss"], params, stats, seconds, held_out)
 
@@ -763,6 +800,12 @@ __all__ = [
     "attention_weights",
     "evaluate",
     "loss",
+    "per_seed_loss",
+    "adam",
+    "sgd",
+    "seed_tuple",
+    "seed_batches",
+    "step_batches",
     "OPTIMIZERS",
     "TrainResult",
     "train",
