@@ -154,6 +154,12 @@ def _matmul_flops(a: np.ndarray, b: np.ndarray) -> int:
     return 2 * math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
 
 
+def _tally_projections(counter, a: np.ndarray, merged: np.ndarray, layer) -> None:
+    """FLOPs of the four projections: q, k, v from ``a`` and the output from the merged heads."""
+    flops = sum(_matmul_flops(a, layer[w]) for w in ("W_q", "W_k", "W_v")) + _matmul_flops(merged, layer["W_o"])
+    _tally(counter, "projections", flops)
+
+
 # --------------------------------------------------------------------------- position-wise parts
 
 
@@ -194,14 +200,7 @@ def decoder_forward(params: DecoderParams, tokens, *, causal: bool = True, count
     for layer in params.layers:
         a = _layer_norm(x)
         attn, weights = multi_head_attention(a, a, layer, params.h, mask=mask)
-        _tally(
-            counter,
-            "projections",
-            _matmul_flops(a, layer["W_q"])
-            + _matmul_flops(a, layer["W_k"])
-            + _matmul_flops(a, layer["W_v"])
-            + _matmul_flops(attn, layer["W_o"]),
-        )
+        _tally_projections(counter, a, attn, layer)
         # weights (..., h, n_q, n_k): each entry costs d_k multiply-adds in q kᵀ and d_v in p v
         _tally(counter, "attention", 2 * weights.size * (params.d_k + params.d_v))
         x = x + attn
@@ -271,14 +270,7 @@ def decoder_extend(params: DecoderParams, tokens_new, cache: KVCache, *, counter
         keys, values = cache.keys[l][..., :end, :], cache.values[l][..., :end, :]
         heads, _ = scaled_dot_product_attention(q, keys, values, mask=mask)
         merged = merge_heads(heads)
-        _tally(
-            counter,
-            "projections",
-            _matmul_flops(a, layer["W_q"])
-            + _matmul_flops(a, layer["W_k"])
-            + _matmul_flops(a, layer["W_v"])
-            + _matmul_flops(merged, layer["W_o"]),
-        )
+        _tally_projections(counter, a, merged, layer)
         _tally(
             counter,
             "attention",
