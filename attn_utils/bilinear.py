@@ -33,10 +33,10 @@ import autograd.numpy as anp
 import numpy as np
 
 from .attention import causal_mask, scaled_dot_product_attention
-from .layers import _matmul, _record
+from .layers import counted_matmul, record_macs
 from .multihead import merge_heads, split_heads
-from .tasks import Task, TaskBatch, _at_least
-from .validation import as_float_array, check_axis_size, positive_int
+from .tasks import Task, TaskBatch
+from .validation import as_float_array, check_axis_size, int_at_least, positive_int
 
 SELF_PENALTY: float = 1e5
 """Subtracted from a token's score for itself by :func:`dot_score_no_self`.
@@ -56,15 +56,15 @@ def qk_scores(x, w_q, w_k=None) -> np.ndarray:
     x = as_float_array("x", x, min_ndim=2)
     w_q = as_float_array("w_q", w_q, min_ndim=2)
     check_axis_size("w_q", w_q, -2, x.shape[-1], "d, must match the last axis of x")
-    q = _matmul(x, w_q)
+    q = counted_matmul(x, w_q)
     if w_k is None:
         k = q
     else:
         w_k = as_float_array("w_k", w_k, min_ndim=2)
         if w_k.shape[-2:] != w_q.shape[-2:]:
             raise ValueError(f"w_k must end in (d, d_k) = {w_q.shape[-2:]} like w_q, received shape {w_k.shape}")
-        k = _matmul(x, w_k)
-    return _matmul(q, np.swapaxes(k, -1, -2))
+        k = counted_matmul(x, w_k)
+    return counted_matmul(q, np.swapaxes(k, -1, -2))
 
 
 def argmax_offset_rate(scores, offset: int = 0, *, cyclic: bool = False, mask=None) -> np.ndarray:
@@ -209,13 +209,13 @@ def qk_attention_layer(x, params: dict, h: int = 1, *, share_qk: bool = False, m
     if missing:
         raise ValueError(f"params is missing {sorted(missing)}")
     check_axis_size("x", x, -1, params["W_q"].shape[0], "d, rows of W_q")
-    q = _matmul(x, params["W_q"])
-    k = q if share_qk else _matmul(x, params["W_k"])
-    v = _matmul(x, params["W_v"])
+    q = counted_matmul(x, params["W_q"])
+    k = q if share_qk else counted_matmul(x, params["W_k"])
+    v = counted_matmul(x, params["W_v"])
     qh, kh, vh = split_heads(q, h), split_heads(k, h), split_heads(v, h)
     heads, weights = scaled_dot_product_attention(qh, kh, vh, mask=mask)
-    _record(weights.size * qh.shape[-1] + heads.size * kh.shape[-2], products=2)  # Q Kᵀ, then A V
-    return _matmul(merge_heads(heads), params["W_o"]), weights
+    record_macs(weights.size * qh.shape[-1] + heads.size * kh.shape[-2], products=2)  # Q Kᵀ, then A V
+    return counted_matmul(merge_heads(heads), params["W_o"]), weights
 
 
 def factorization_rank(w_q, w_k=None) -> int:
@@ -270,8 +270,8 @@ def cyclic_previous_token_task(n: int = 8, vocab: int = 8) -> Task:
     symmetric score matrix can realise as row maxima for ``n ≥ 3`` (chapter 8), while the
     non-cyclic :func:`attn_utils.tasks.previous_token_task` is a chain, which one can.
     """
-    n = _at_least("n", n, 3)
-    v = _at_least("vocab", vocab, 2)
+    n = int_at_least("n", n, 3)
+    v = int_at_least("vocab", vocab, 2)
 
     def sample(rng: np.random.Generator, batch: int) -> TaskBatch:
         x = rng.integers(0, v, size=(batch, n))

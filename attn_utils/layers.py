@@ -69,15 +69,17 @@ def count_macs():
         _ACTIVE.remove(counter)
 
 
-def _record(macs: int, products: int = 1) -> None:
+def record_macs(macs: int, products: int = 1) -> None:
+    """Add ``macs`` multiply-adds (in ``products`` matrix products) to every active :class:`MacCounter`."""
     for counter in _ACTIVE:
         counter.macs += int(macs)
         counter.products += products
 
 
-def _matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def counted_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``, its multiply-adds recorded in every active :class:`MacCounter`."""
     out = a @ b
-    _record(out.size * a.shape[-1])
+    record_macs(out.size * a.shape[-1])
     return out
 
 
@@ -127,14 +129,14 @@ def self_attention_layer(x, params: dict | None = None, h: int = 1, mask=None, *
         if missing:
             raise ValueError(f"params is missing {sorted(missing)}")
         check_axis_size("x", x, -1, params["W_q"].shape[0], "d, rows of W_q")
-        q, k, v = (_matmul(x, params[name]) for name in ("W_q", "W_k", "W_v"))
+        q, k, v = (counted_matmul(x, params[name]) for name in ("W_q", "W_k", "W_v"))
     else:
         q = k = v = x
     qh, kh, vh = split_heads(q, h), split_heads(k, h), split_heads(v, h)
     heads, weights = scaled_dot_product_attention(qh, kh, vh, mask=mask)
-    _record(weights.size * qh.shape[-1] + heads.size * kh.shape[-2], products=2)  # Q Kᵀ, then A V
+    record_macs(weights.size * qh.shape[-1] + heads.size * kh.shape[-2], products=2)  # Q Kᵀ, then A V
     out = merge_heads(heads)
-    return (_matmul(out, params["W_o"]) if projections else out), weights
+    return (counted_matmul(out, params["W_o"]) if projections else out), weights
 
 
 def _orthogonal(rng: np.random.Generator, d: int) -> np.ndarray:
@@ -170,12 +172,12 @@ def rnn_layer(x, params: dict, h0=None) -> np.ndarray:
     check_axis_size("W", W, -1, d, "d, columns of U")
     check_axis_size("U", U, 0, d, "d, U must be square")
     check_axis_size("b", b, -1, d, "d")
-    pre = _matmul(x, W) + b
+    pre = counted_matmul(x, W) + b
     h = np.zeros(x.shape[:-2] + (d,)) if h0 is None else as_float_array("h0", h0, min_ndim=1)
     check_axis_size("h0", h, -1, d, "d")
     states = np.empty(pre.shape)
     for t in range(x.shape[-2]):
-        h = np.tanh(pre[..., t, :] + _matmul(h, U))
+        h = np.tanh(pre[..., t, :] + counted_matmul(h, U))
         states[..., t, :] = h
     return states
 
@@ -206,7 +208,7 @@ def conv1d_layer(x, params: dict, *, dilation: int = 1) -> np.ndarray:
     pad = np.zeros(x.shape[:-2] + ((k - 1) * r, d_in))
     xp = np.concatenate([pad, x], axis=-2)
     windows = np.stack([xp[..., m * r : m * r + n, :] for m in range(k)], axis=-2)  # (..., n, k, d_in)
-    return _matmul(windows.reshape(x.shape[:-2] + (n, k * d_in)), W.reshape(k * d_in, d)) + b
+    return counted_matmul(windows.reshape(x.shape[:-2] + (n, k * d_in)), W.reshape(k * d_in, d)) + b
 
 
 # ---------------------------------------------------------------- dependency structure

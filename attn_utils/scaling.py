@@ -149,17 +149,14 @@ def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.nda
 
     Returns ``q, k``, each (S, batch, n_heads, n, d_k), float64.
     """
-    from .training import ModelConfig, _embed, _heads, _prepare  # local import: training imports nothing from here
+    from .training import ModelConfig, first_layer_qk  # local import: training imports nothing from here
 
     if isinstance(config, ModelConfig) and config.encoder != "attention":
         raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
     if not isinstance(params, dict) or "L0.W_q" not in params:
         raise TypeError("params must be the dict of a TrainResult (with 'E' and 'L0.W_q')")
-    x, _ = _prepare(params, config, task, x, None)  # validates config, task, params and x
-    h0 = _embed(params, config, x)  # (S, B, n, d)
-    q = np.asarray(_heads(h0, params["L0.W_q"]), dtype=np.float64)
-    k = q if config.share_qk else np.asarray(_heads(h0, params["L0.W_k"]), dtype=np.float64)
-    return q, k
+    q, k = first_layer_qk(params, config, task, x)
+    return np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
 
 
 @dataclass

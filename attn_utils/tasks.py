@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .validation import positive_int
+from .validation import int_at_least, positive_int
 
 IGNORE: int = -1
 """Target value of a position that is not scored (per-position tasks)."""
@@ -84,13 +84,6 @@ def as_generator(rng: np.random.Generator | int) -> np.random.Generator:
     raise TypeError(f"rng must be a numpy Generator or an int seed, received {type(rng).__name__}")
 
 
-def _at_least(name: str, value, lo: int) -> int:
-    value = positive_int(name, value)
-    if value < lo:
-        raise ValueError(f"{name} must be >= {lo}, received {value}")
-    return value
-
-
 def _distinct_rows(rng: np.random.Generator, batch: int, pool: int, k: int) -> np.ndarray:
     """(batch, k) draws without replacement from range(pool), independently per row."""
     # argsort of uniforms is a vectorised per-row permutation (no loop over the batch)
@@ -119,7 +112,7 @@ def recall_task(n_pairs: int = 4, n_keys: int = 8, n_values: int = 8, layout: st
     """
     n_pairs = positive_int("n_pairs", n_pairs)
     n_keys = positive_int("n_keys", n_keys)
-    n_values = _at_least("n_values", n_values, 2)
+    n_values = int_at_least("n_values", n_values, 2)
     if n_keys < n_pairs:
         raise ValueError(f"n_keys must be >= n_pairs (keys are distinct), received n_keys={n_keys}, n_pairs={n_pairs}")
     if layout not in ("fused", "interleaved"):
@@ -167,7 +160,7 @@ def copy_task(length: int = 8, vocab: int = 8) -> Task:
     ``m`` tokens *in order* into ``d_model`` numbers, which fails as ``m`` grows.
     """
     m = positive_int("length", length)
-    v = _at_least("vocab", vocab, 2)
+    v = int_at_least("vocab", vocab, 2)
 
     def sample(rng: np.random.Generator, batch: int) -> TaskBatch:
         s = rng.integers(0, v, size=(batch, m))
@@ -186,8 +179,8 @@ def previous_token_task(n: int = 8, vocab: int = 8) -> Task:
     must prefer ``i − 1`` over ``i + 1``, which a symmetric score matrix
     (``W_K = W_Q``) cannot express (chapter 8).
     """
-    n = _at_least("n", n, 2)
-    v = _at_least("vocab", vocab, 2)
+    n = int_at_least("n", n, 2)
+    v = int_at_least("vocab", vocab, 2)
 
     def sample(rng: np.random.Generator, batch: int) -> TaskBatch:
         x = rng.integers(0, v, size=(batch, n))
@@ -208,7 +201,7 @@ def keyword_task(n: int = 8, n_filler: int = 16, n_keywords: int = 4) -> Task:
     Target (per sequence) is 1 for a positive keyword, 0 for a negative one.
     ``info["keyword_pos"] (batch,)`` says where the attention of ``CLS`` should land.
     """
-    n = _at_least("n", n, 2)
+    n = int_at_least("n", n, 2)
     n_filler = positive_int("n_filler", n_filler)
     n_kw = positive_int("n_keywords", n_keywords)
     cls = n_filler + 2 * n_kw
@@ -240,8 +233,8 @@ def two_relation_task(n: int = 12, vocab: int = 8, other: str = "first") -> Task
     ``"first"`` (one fixed position, one moving) it usually fails at n ≥ 12 —
     measure it for the sizes you use (chapter 9).
     """
-    n = _at_least("n", n, 3)
-    v = _at_least("vocab", vocab, 2)
+    n = int_at_least("n", n, 3)
+    v = int_at_least("vocab", vocab, 2)
     if other not in ("prev2", "first"):
         raise ValueError(f"other must be 'prev2' or 'first', received {other!r}")
 

@@ -508,6 +508,18 @@ def _prepare_y(task: Task, x: np.ndarray, y) -> np.ndarray:
         ) from None
 
 
+def first_layer_qk(params: Params, config: ModelConfig, task: Task, x):
+    """Raw queries and keys of layer 0, exactly as the forward pass forms them: ``(E[x] + P) W_q``.
+
+    x : (batch, n) shared by all seeds, or (S, batch, n). Returns ``q, k``, each
+    (S, batch, n_heads, n, d_k); ``k`` is ``q`` when ``config.share_qk``. No scale, no QK-norm.
+    """
+    x, _ = _prepare(params, config, task, x, None)  # validates config, task, params and x
+    h0 = _embed(params, config, x)  # (S, B, n, d)
+    q = _heads(h0, params["L0.W_q"])
+    return q, (q if config.share_qk else _heads(h0, params["L0.W_k"]))
+
+
 def attention_weights(params: Params, config: ModelConfig, task: Task, x, head_mask=None) -> list[np.ndarray]:
     """Attention weights per layer for heatmaps: a list of ``n_layers`` arrays (S, batch, H, n, n).
 
@@ -801,6 +813,7 @@ __all__ = [
     "evaluate",
     "loss",
     "per_seed_loss",
+    "first_layer_qk",
     "adam",
     "sgd",
     "seed_tuple",

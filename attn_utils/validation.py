@@ -67,6 +67,11 @@ def _integer(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+def int_at_least(name: str, value, minimum: int) -> int:
+    """Return ``value`` as an int, requiring an integer ≥ ``minimum``."""
+    return _integer(name, value, minimum)
+
+
 def positive_int(name: str, value) -> int:
     """Return ``value`` as an int, requiring an integer ≥ 1."""
     return _integer(name, value, 1)
