@@ -7,6 +7,9 @@ compared.
 """
 
 import os
+import sys
+
+import nbval.plugin
 
 # One BLAS thread per process: pytest-xdist already runs one notebook kernel per core, and
 # oversubscribed OpenBLAS threads on a 2-core machine slow small matrix products ~100x.
@@ -15,6 +18,29 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+
+
+class _KernelWithRetry(nbval.plugin.RunningKernel):
+    """nbval's kernel, started up to three times.
+
+    With pytest-xdist, two workers start kernels at the same moment, and jupyter_client picks each
+    kernel's five TCP ports in the parent process before the kernel binds them: another worker can
+    take one in between, and the kernel then exits ("Kernel died before replying to kernel_info"),
+    which fails every cell of that notebook although nothing in it ran. A fresh start picks new ports.
+    """
+
+    def __init__(self, *args, **kwargs):
+        for attempt in range(1, 4):
+            try:
+                super().__init__(*args, **kwargs)
+                return
+            except RuntimeError as err:
+                if attempt == 3:
+                    raise
+                print(f"kernel start {attempt} failed ({err}); starting a new kernel", file=sys.stderr)
+
+
+nbval.plugin.RunningKernel = _KernelWithRetry
 
 
 def pytest_collectstart(collector):
