@@ -1,44 +1,27 @@
 """attn_utils — the numpy package shared by every chapter of *Attention, Derived*.
 
-Modules are named for what they hold; every public name is also available as ``au.name``.
+The package is laid out in layers; each imports only from the layers below it::
 
-Core: every chapter:
+    attn_utils/
+      validation.py        argument checks with messages that name the argument (the bottom layer)
+      softmax.py           softmax, log-softmax, entropy, the softmax Jacobian      ┐ the core: read
+      attention.py         scaled dot-product attention, masks, the query Jacobian   │ these first; each
+      multihead.py         split/merge heads, MHAParams, multi-head attention        ┘ sits next to its formula
+      book/                what the pages need: checks, plotting, glue, measuring (costs, time, memory)
+      harness/             toy tasks, three sequence layers, the training loop (one loop, one Adam)
+      experiments/         one module per chapter that needs one: ch02_saturation … ch12_blocked
 
-* :mod:`attn_utils.softmax` — softmax, log-softmax, entropy, the softmax Jacobian
-* :mod:`attn_utils.attention` — scaled dot-product attention, masks, the query Jacobian
-* :mod:`attn_utils.multihead` — split/merge heads, projections, multi-head attention
-* :mod:`attn_utils.checks` — assertions that print one verdict line; Monte Carlo moments
-* :mod:`attn_utils.plotting` — the book's figure style and an attention heatmap
+Dependencies point one way: experiments → harness → book → core → validation (an experiment
+module may also use an earlier chapter's module). Importing has no side effects, and
+``import attn_utils`` does not import matplotlib (plotting imports it on the first figure).
 
-Training harness: chapters 4–9:
-
-* :mod:`attn_utils.tasks` — seeded toy tasks (recall, copy, previous token, keyword, two relations)
-* :mod:`attn_utils.training` — small attention models trained with autograd, vectorised over seeds
-
-Part I: why divide by √d_k:
-
-* :mod:`attn_utils.saturation` — where softmax saturates and where float64 rounds to exactly 1 (ch. 2)
-* :mod:`attn_utils.gradients` — finite-difference Jacobians; the softmax Jacobian accurate near one-hot (ch. 3)
-* :mod:`attn_utils.scaling` — the scale-exponent sweep; layer-0 queries and keys of trained models (ch. 4)
-* :mod:`attn_utils.qknorm` — folding the scale into W_Q; cosine attention and QK-norm (ch. 5)
-
-Part II: designing attention:
-
-* :mod:`attn_utils.bottleneck` — the fixed-length bottleneck and the keyword classifier (ch. 6)
-* :mod:`attn_utils.scores` — score functions and their counted costs (ch. 7)
-* :mod:`attn_utils.bilinear` — shared vs separate W_Q/W_K, symmetric scores (ch. 8)
-* :mod:`attn_utils.heads` — head costs, reachable attention patterns, head pruning (ch. 9)
-
-Part III: Transformers as systems:
-
-* :mod:`attn_utils.decoding` — a small decoder, KV cache, greedy generation (ch. 10)
-* :mod:`attn_utils.layers` — self-attention, RNN and CNN layers; counted cost and path length (ch. 11)
-* :mod:`attn_utils.blocked` — blocked attention with an online softmax (ch. 12)
-
-Argument checks live in :mod:`attn_utils.validation`; glue helpers in :mod:`attn_utils.book`.
-Importing :mod:`attn_utils.scores` registers the chapter-7 score functions with the harness.
+The top level holds the names every chapter uses; the rest is reached through its room, e.g.
+``from attn_utils import harness as hz`` or
+``from attn_utils.experiments import ch06_bottleneck as ex``.
+Costs are counted in multiply-adds (MACs) throughout; 1 MAC = 2 FLOPs.
 """
 
+from . import book, harness
 from .attention import (
     attention_query_jacobian,
     attention_scores,
@@ -46,37 +29,7 @@ from .attention import (
     default_scale,
     scaled_dot_product_attention,
 )
-from .bilinear import (
-    SELF_PENALTY,
-    argmax_offset_rate,
-    cyclic_previous_token_task,
-    diagonal_max_probability,
-    dot_score_no_self,
-    factorization_rank,
-    first_layer_queries,
-    qk_attention_layer,
-    qk_scores,
-    self_mask,
-)
-from .blocked import BlockedAttentionStats, blocked_attention, traced_peak_memory
-from .bottleneck import (
-    CLS_WORD,
-    KEYWORD_FILLERS,
-    KEYWORD_NEGATIVE,
-    KEYWORD_POSITIVE,
-    bag_accuracy_bound,
-    fano_bits,
-    ids_to_words,
-    keyword_attention_mass,
-    keyword_vocabulary,
-    pack_tokens,
-    superposition_copy_accuracy,
-    tokens_per_coordinate,
-    unpack_tokens,
-    with_uniform_attention,
-    words_to_ids,
-)
-from .checks import (
+from .book.checks import (
     MonteCarloMoments,
     SeedSummary,
     check,
@@ -86,230 +39,62 @@ from .checks import (
     check_seeds,
     mc_moments,
 )
-from .decoding import (
-    FLOP_PARTS,
-    DecoderParams,
-    KVCache,
-    decoder_extend,
-    decoder_forward,
-    decoding_flops,
-    greedy_generate,
-    init_decoder_params,
-    kv_cache_values,
-)
-from .gradients import numerical_jacobian, softmax_jacobian_from_logits
-from .heads import (
-    PatternFit,
-    PruningCurve,
-    fit_attention_pattern,
-    greedy_head_pruning,
-    head_contributions,
-    log_ratio_matrix,
-    logit_factors,
-    mha_macs,
-    min_head_dim,
-)
-from .layers import (
-    LayerGraph,
-    MacCounter,
-    attention_input_jacobians,
-    attention_macs,
-    conv1d_layer,
-    conv_macs,
-    count_macs,
-    hop_distances,
-    init_conv_params,
-    init_rnn_params,
-    layer_graph,
-    layers_to_connect,
-    loglog_slope,
-    min_seconds,
-    perturbation_reach,
-    rnn_input_jacobians,
-    rnn_layer,
-    rnn_macs,
-    self_attention_layer,
-    sequential_depth,
-)
-from .multihead import init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
-from .plotting import PALETTE, attention_heatmap, figure, use_book_style
-from .qknorm import (
-    cosine_logits,
-    cosine_max_weight,
-    cosine_score,
-    fold_query_scale,
-    gain_for_max_weight,
-    register_cosine_score,
-    train_per_parameter,
-)
-from .saturation import first_exact_one, log_tail_mass
-from .scaling import ScaleSweep, query_key_vectors, running_mean, scale_exponent_sweep
-from .scores import (
-    SCORE_NAMES,
-    ScoreCost,
-    init_score_params,
-    linear_attention,
-    sample_init_logits,
-    score,
-    score_cost,
-    score_param_count,
-    score_weights,
-    weight_rule,
-)
-from .softmax import entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core, softmax_jacobian
-from .tasks import IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task, recall_task, two_relation_task
-from .training import (
-    SCORES,
-    ModelConfig,
-    ScoreSpec,
-    TrainResult,
-    attention_weights,
-    evaluate,
-    forward,
-    init_params,
-    loss,
-    register_score,
-    train,
+from .book.glue import glue_number, glue_text
+from .book.measuring import count_macs, loglog_slope, min_seconds, numerical_jacobian, running_mean, traced_peak_memory
+from .book.plotting import PALETTE, attention_heatmap, figure, use_book_style
+from .multihead import MHAParams, init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
+from .softmax import (
+    entropy,
+    jacobian_frobenius_sq,
+    log_softmax,
+    log_tail_mass,
+    softmax,
+    softmax_core,
+    softmax_jacobian,
 )
 
 __all__ = [
-    "entropy",
-    "jacobian_frobenius_sq",
-    "log_softmax",
+    "book",
+    "harness",
+    # core
     "softmax",
     "softmax_core",
+    "log_softmax",
+    "log_tail_mass",
+    "entropy",
     "softmax_jacobian",
-    "attention_query_jacobian",
+    "jacobian_frobenius_sq",
     "attention_scores",
+    "scaled_dot_product_attention",
+    "attention_query_jacobian",
     "causal_mask",
     "default_scale",
-    "scaled_dot_product_attention",
-    "init_mha_params",
+    "split_heads",
     "merge_heads",
+    "MHAParams",
+    "init_mha_params",
     "mha_param_count",
     "multi_head_attention",
-    "split_heads",
-    "MonteCarloMoments",
-    "SeedSummary",
+    # book: checks, glue, plotting, measuring
     "check",
-    "check_count",
-    "check_seeds",
     "check_allclose",
     "check_bound",
+    "check_count",
+    "check_seeds",
+    "SeedSummary",
     "mc_moments",
+    "MonteCarloMoments",
+    "glue_number",
+    "glue_text",
     "PALETTE",
-    "attention_heatmap",
     "figure",
     "use_book_style",
-    "IGNORE",
-    "Task",
-    "TaskBatch",
-    "copy_task",
-    "keyword_task",
-    "previous_token_task",
-    "recall_task",
-    "two_relation_task",
-    "SCORES",
-    "ModelConfig",
-    "ScoreSpec",
-    "TrainResult",
-    "attention_weights",
-    "evaluate",
-    "forward",
-    "init_params",
-    "loss",
-    "register_score",
-    "train",
-    "first_exact_one",
-    "log_tail_mass",
-    "numerical_jacobian",
-    "softmax_jacobian_from_logits",
-    "ScaleSweep",
-    "query_key_vectors",
-    "running_mean",
-    "scale_exponent_sweep",
-    "cosine_logits",
-    "cosine_max_weight",
-    "cosine_score",
-    "fold_query_scale",
-    "gain_for_max_weight",
-    "register_cosine_score",
-    "train_per_parameter",
-    "CLS_WORD",
-    "KEYWORD_FILLERS",
-    "KEYWORD_NEGATIVE",
-    "KEYWORD_POSITIVE",
-    "bag_accuracy_bound",
-    "fano_bits",
-    "ids_to_words",
-    "keyword_attention_mass",
-    "keyword_vocabulary",
-    "pack_tokens",
-    "superposition_copy_accuracy",
-    "tokens_per_coordinate",
-    "unpack_tokens",
-    "with_uniform_attention",
-    "words_to_ids",
-    "SCORE_NAMES",
-    "ScoreCost",
-    "init_score_params",
-    "linear_attention",
-    "sample_init_logits",
-    "score",
-    "score_cost",
-    "score_param_count",
-    "score_weights",
-    "weight_rule",
-    "SELF_PENALTY",
-    "argmax_offset_rate",
-    "cyclic_previous_token_task",
-    "diagonal_max_probability",
-    "dot_score_no_self",
-    "factorization_rank",
-    "first_layer_queries",
-    "qk_attention_layer",
-    "qk_scores",
-    "self_mask",
-    "PatternFit",
-    "PruningCurve",
-    "fit_attention_pattern",
-    "greedy_head_pruning",
-    "head_contributions",
-    "log_ratio_matrix",
-    "logit_factors",
-    "mha_macs",
-    "min_head_dim",
-    "FLOP_PARTS",
-    "DecoderParams",
-    "KVCache",
-    "decoder_extend",
-    "decoder_forward",
-    "decoding_flops",
-    "greedy_generate",
-    "init_decoder_params",
-    "kv_cache_values",
-    "LayerGraph",
-    "MacCounter",
-    "attention_input_jacobians",
-    "attention_macs",
-    "conv1d_layer",
-    "conv_macs",
+    "attention_heatmap",
     "count_macs",
-    "hop_distances",
-    "init_conv_params",
-    "init_rnn_params",
-    "layer_graph",
-    "layers_to_connect",
-    "loglog_slope",
     "min_seconds",
-    "perturbation_reach",
-    "rnn_input_jacobians",
-    "rnn_layer",
-    "rnn_macs",
-    "self_attention_layer",
-    "sequential_depth",
-    "BlockedAttentionStats",
-    "blocked_attention",
+    "loglog_slope",
+    "running_mean",
+    "numerical_jacobian",
     "traced_peak_memory",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,4 +1,4 @@
-"""Softmax, its logarithm, entropy and Jacobian.
+"""Softmax, its logarithm, entropy and Jacobian, and the log of the mass outside the largest logit.
 
 The ``*_core`` functions are written with ``autograd.numpy`` so the training
 code can differentiate through them; the public functions validate their
@@ -164,7 +164,34 @@ def jacobian_frobenius_sq(p) -> np.ndarray:
     return s2 - 2 * np.sum(p**3, axis=-1) + s2**2
 
 
+def log_tail_mass(x) -> np.ndarray:
+    """``log(1 − Σ_{i∈S} softmax(x)_i)``, the log of the mass *outside* the largest logits.
+
+    ``S`` is the set of positions that attain the maximum of each row (all of them when the
+    maximum is tied). The value is computed from the shifted logits ``x − max x`` in the log
+    domain, so it stays accurate when ``1 − p_max`` is far below the float64 resolution near
+    1 (e.g. ``ln 2 − 100 ≈ -99.31`` for ``x = (100, 100, 200)``, where ``1 − p_max`` itself rounds to 0).
+
+    x : (..., n) finite logits; returns (...). A row whose entries are all equal has no mass
+    outside ``S`` and returns ``-inf``.
+    """
+    x = as_float_array("x", x)
+    shifted = x - np.max(x, axis=-1, keepdims=True)
+    is_max = shifted == 0
+    m = np.sum(is_max, axis=-1)  # size of S
+    # r = Σ_{j∉S} exp(x_j − max x) as a log-sum-exp over the non-maximal entries, shifted by
+    # the largest of them (−Δ) so that nothing underflows even for gaps far beyond 745.
+    masked = np.where(is_max, -np.inf, shifted)
+    top = np.max(masked, axis=-1)
+    top = np.where(np.isfinite(top), top, 0.0)  # every entry in S: r = 0 below
+    with np.errstate(divide="ignore"):
+        log_r_over_m = top + np.log(np.sum(np.exp(masked - top[..., None]), axis=-1)) - np.log(m)
+    # 1 − Σ_S p = r/(m + r) = (r/m) / (1 + r/m)
+    return log_r_over_m - np.log1p(np.exp(log_r_over_m))
+
+
 __all__ = [
+    "log_tail_mass",
     "softmax",
     "softmax_core",
     "softmax_inplace",

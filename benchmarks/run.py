@@ -130,7 +130,7 @@ def peak_bytes(fn) -> int:
 
 def bench_memory() -> None:
     import attn_utils as au
-    from attn_utils.blocked import blocked_attention
+    from attn_utils.experiments.ch12_blocked import blocked_attention
 
     rng = np.random.default_rng(0)
     d, block = 64, 128

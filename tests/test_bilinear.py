@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.bilinear (chapter 8: why W_Q and W_K differ)."""
+"""Unit and property tests for attn_utils.experiments.ch08_bilinear (chapter 8: why W_Q and W_K differ)."""
 
 import math
 
@@ -8,28 +8,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import (
+from attn_utils import count_macs, init_mha_params
+from attn_utils.experiments.ch08_bilinear import (
     SELF_PENALTY,
-    ModelConfig,
     argmax_offset_rate,
-    attention_weights,
-    count_macs,
     cyclic_previous_token_task,
     diagonal_max_probability,
     dot_score_no_self,
     factorization_rank,
     first_layer_queries,
-    init_mha_params,
-    init_params,
-    previous_token_task,
+    neighbour_weights,
+    predecessor_chains,
     qk_attention_layer,
     qk_scores,
-    register_score,
-    self_attention_layer,
     self_mask,
 )
-from attn_utils.bilinear import neighbour_weights, predecessor_chains
-from attn_utils.training import SCORES
+from attn_utils.harness.layers import self_attention_layer
+from attn_utils.harness.tasks import previous_token_task
+from attn_utils.harness.training import SCORES, ModelConfig, attention_weights, init_params, register_score
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 

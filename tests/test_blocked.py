@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.blocked (online-softmax attention)."""
+"""Unit and property tests for attn_utils.experiments.ch12_blocked (online-softmax attention)."""
 
 import math
 
@@ -8,15 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attn_utils import (
-    BlockedAttentionStats,
-    attention_scores,
-    blocked_attention,
-    causal_mask,
-    log_softmax,
-    scaled_dot_product_attention,
-    traced_peak_memory,
-)
+from attn_utils import attention_scores, causal_mask, log_softmax, scaled_dot_product_attention
+from attn_utils.book.measuring import traced_peak_memory
+from attn_utils.experiments.ch12_blocked import BlockedAttentionStats, blocked_attention
 
 PROPS = settings(max_examples=60, deadline=None, derandomize=True, database=None)
 

@@ -139,7 +139,7 @@ def test_wrong_answers_catalogue_has_at_least_12_entries():
 
 
 APPROX_NUMBER = re.compile(r"≈(-?[0-9]|∞)")
-TRAINS = re.compile(r"\btrain\w*\(")  # au.train, train_per_parameter, train_variants, …
+TRAINS = re.compile(r"\btrain\w*\(")  # hz.train, train_per_parameter, train_variants, …
 
 
 def _output_text(cell: dict) -> str:

@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.bottleneck (chapter 6)."""
+"""Unit and property tests for attn_utils.experiments.ch06_bottleneck (chapter 6)."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import attn_utils as au
-from attn_utils.bottleneck import (
+from attn_utils import harness as hz
+from attn_utils.experiments.ch06_bottleneck import (
     bag_accuracy_bound,
     fano_bits,
     ids_to_words,
@@ -130,7 +130,7 @@ def test_superposition_accuracy_depends_on_d_over_m():
 
 # ---------------------------------------------------------------- keyword toy
 
-TASK = au.keyword_task(n=6)
+TASK = hz.keyword_task(n=6)
 
 
 def test_vocabulary_and_round_trip():
@@ -149,7 +149,7 @@ def test_words_to_ids_validates():
     with pytest.raises(ValueError, match="unknown words"):
         words_to_ids(["I", "loathe", "this", "movie", "."], TASK)
     with pytest.raises(TypeError, match="keyword_task"):
-        keyword_vocabulary(au.copy_task(3))
+        keyword_vocabulary(hz.copy_task(3))
 
 
 def test_keyword_mass_picks_last_row_and_averages_heads():
@@ -165,16 +165,16 @@ def test_keyword_mass_picks_last_row_and_averages_heads():
 
 
 def test_uniform_attention_gives_uniform_rows_and_keeps_other_params():
-    cfg = au.ModelConfig(d_model=8)
-    params = au.init_params(cfg, TASK, seeds=[0, 1])
+    cfg = hz.ModelConfig(d_model=8)
+    params = hz.init_params(cfg, TASK, seeds=[0, 1])
     flat = with_uniform_attention(params, cfg)
     x = TASK.sample(0, 5).x
-    w = au.attention_weights(flat, cfg, TASK, x)[0]
+    w = hz.attention_weights(flat, cfg, TASK, x)[0]
     np.testing.assert_allclose(w, 1 / TASK.seq_len)
-    assert not np.allclose(au.attention_weights(params, cfg, TASK, x)[0], 1 / TASK.seq_len)
+    assert not np.allclose(hz.attention_weights(params, cfg, TASK, x)[0], 1 / TASK.seq_len)
     assert all(np.array_equal(flat[k], params[k]) for k in params if not k.endswith("W_q"))
     with pytest.raises(ValueError, match="encoder must be 'attention'"):
-        with_uniform_attention(params, au.ModelConfig(d_model=8, encoder="mean_pool"))
+        with_uniform_attention(params, hz.ModelConfig(d_model=8, encoder="mean_pool"))
 
 
 # ---------------------------------------------------------------- convergence

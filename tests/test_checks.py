@@ -1,4 +1,4 @@
-"""Tests for attn_utils.checks: every check prints one verdict line and can fail."""
+"""Tests for attn_utils.book.checks: every check prints one verdict line and can fail."""
 
 import math
 

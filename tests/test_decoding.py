@@ -1,11 +1,11 @@
-"""Unit and property tests for attn_utils.decoding (chapter 10)."""
+"""Unit and property tests for attn_utils.experiments.ch10_decoding (chapter 10)."""
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import (
+from attn_utils.experiments.ch10_decoding import (
     FLOP_PARTS,
     KVCache,
     decoder_extend,

@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.gradients."""
+"""Unit and property tests for attn_utils.experiments.ch03_gradients."""
 
 import math
 
@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from attn_utils import numerical_jacobian, softmax, softmax_core, softmax_jacobian, softmax_jacobian_from_logits
+from attn_utils import numerical_jacobian, softmax, softmax_core, softmax_jacobian
+from attn_utils.experiments.ch03_gradients import softmax_jacobian_from_logits
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 

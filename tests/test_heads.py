@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.heads (chapter 9)."""
+"""Unit and property tests for attn_utils.experiments.ch09_heads (chapter 9)."""
 
 import numpy as np
 import pytest
@@ -6,27 +6,20 @@ from autograd import grad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import (
-    ModelConfig,
-    count_macs,
+from attn_utils import count_macs, init_mha_params, mha_param_count, multi_head_attention, softmax
+from attn_utils.experiments.ch09_heads import (
     fit_attention_pattern,
     greedy_head_pruning,
+    hard_pattern_factors,
     head_contributions,
-    init_mha_params,
-    init_params,
     log_ratio_matrix,
     logit_factors,
-    loss,
     mha_macs,
-    mha_param_count,
     min_head_dim,
-    multi_head_attention,
-    self_attention_layer,
-    softmax,
-    train,
-    two_relation_task,
 )
-from attn_utils.heads import hard_pattern_factors
+from attn_utils.harness.layers import self_attention_layer
+from attn_utils.harness.tasks import two_relation_task
+from attn_utils.harness.training import ModelConfig, init_params, loss, train
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 

@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.layers (chapter 11: attention vs RNN vs CNN)."""
+"""Unit and property tests for attn_utils.experiments.ch11_layers (chapter 11: attention vs RNN vs CNN)."""
 
 import math
 
@@ -10,29 +10,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_utils import (
-    attention_input_jacobians,
-    attention_macs,
     causal_mask,
-    conv1d_layer,
-    conv_macs,
     count_macs,
-    hop_distances,
-    init_conv_params,
     init_mha_params,
-    init_rnn_params,
-    layer_graph,
-    layers_to_connect,
     loglog_slope,
     min_seconds,
     multi_head_attention,
     numerical_jacobian,
+    scaled_dot_product_attention,
+)
+from attn_utils.experiments.ch11_layers import (
+    attention_input_jacobians,
+    hop_distances,
+    layer_graph,
+    layers_to_connect,
     perturbation_reach,
     rnn_input_jacobians,
+    sequential_depth,
+)
+from attn_utils.harness.layers import (
+    attention_macs,
+    conv1d_layer,
+    conv_macs,
+    init_conv_params,
+    init_rnn_params,
     rnn_layer,
     rnn_macs,
-    scaled_dot_product_attention,
     self_attention_layer,
-    sequential_depth,
 )
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)

@@ -1,4 +1,4 @@
-"""Tests for attn_utils.plotting and attn_utils.book."""
+"""Tests for attn_utils.book: plotting, glue, and the package layout."""
 
 import matplotlib
 
@@ -8,8 +8,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from attn_utils import book  # noqa: E402
-from attn_utils.plotting import BOOK_STYLE, PALETTE, attention_heatmap, figure, use_book_style  # noqa: E402
+from attn_utils import PALETTE, attention_heatmap, figure, use_book_style
+from attn_utils.book import glue
+from attn_utils.book.plotting import BOOK_STYLE
 
 
 @pytest.fixture(autouse=True)
@@ -70,9 +71,9 @@ def test_glue_number_formats_and_glues(monkeypatch):
 
     calls = []
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.append((name, value, display)))
-    out = book.glue_number("var_ratio", np.float64(1.00321))
+    out = glue.glue_number("var_ratio", np.float64(1.00321))
     assert out == "1"  # format(1.00321, ".3g")
-    assert book.glue_number("p_max", np.float64(0.5761168847658291), ".4f") == "0.5761"
+    assert glue.glue_number("p_max", np.float64(0.5761168847658291), ".4f") == "0.5761"
     assert calls == [("var_ratio", out, False), ("p_max", "0.5761", False)]
     assert all(type(v) is str for _, v, _ in calls)  # never a numpy scalar
     assert "np.float64" not in "".join(v for _, v, _ in calls)
@@ -83,7 +84,7 @@ def test_glue_text(monkeypatch):
 
     calls = []
     monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.append((name, value, display)))
-    assert book.glue_text("frac", "1/9") == "1/9"
+    assert glue.glue_text("frac", "1/9") == "1/9"
     assert calls == [("frac", "1/9", False)]
 
 
@@ -93,3 +94,48 @@ def test_importing_attn_utils_does_not_import_matplotlib():
 
     code = "import sys, attn_utils; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_importing_every_module_has_no_side_effects():
+    """Importing any module of the package, experiments included, registers no score and
+    loads no matplotlib: registration is an explicit call (ch07_scores.register_scores)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, pkgutil, sys, attn_utils\n"
+        "for m in pkgutil.walk_packages(attn_utils.__path__, 'attn_utils.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "from attn_utils.harness.training import SCORES\n"
+        "sys.exit(f'registered {sorted(SCORES)}' if list(SCORES) != ['dot'] else 'matplotlib' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_layers_import_one_way():
+    """experiments → harness → book → core → validation: a lower layer never imports a higher one,
+    and an experiment module imports only earlier chapters' modules."""
+    import ast
+    import pathlib
+
+    rank = {"validation": 0, "core": 1, "book": 2, "harness": 3, "experiments": 4}
+    root = pathlib.Path(__file__).resolve().parents[1] / "attn_utils"
+
+    def layer(rel: str) -> str:
+        top = rel.split("/")[0].split(".")[0]
+        return top if top in rank else "core"
+
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        if rel == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.ImportFrom) and node.level):
+                continue
+            target = (path.parent / ("../" * (node.level - 1)) / (node.module or "").replace(".", "/")).resolve()
+            trel = target.relative_to(root).as_posix()
+            assert rank[layer(trel)] <= rank[layer(rel)], f"{rel} imports {trel}"
+            if layer(rel) == "experiments" and layer(trel) == "experiments" and trel != "experiments":
+                assert trel.split("/")[-1] < path.stem, f"{rel} imports a later chapter's {trel}"
+            names = [a.name for a in node.names]
+            assert not any(n.startswith("_") and not n.startswith("__") for n in names), f"{rel} imports {names}"

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils.qknorm import (
+from attn_utils import softmax
+from attn_utils.experiments.ch05_qknorm import (
     cosine_logits,
     cosine_max_weight,
     cosine_score,
@@ -15,9 +16,8 @@ from attn_utils.qknorm import (
     train_per_parameter,
     train_variants,
 )
-from attn_utils.softmax import softmax
-from attn_utils.tasks import recall_task
-from attn_utils.training import SCORES, ModelConfig, forward, init_params, train
+from attn_utils.harness.tasks import recall_task
+from attn_utils.harness.training import SCORES, ModelConfig, forward, init_params, train
 
 TASK = recall_task(n_pairs=3, n_keys=4, n_values=4)
 SMALL = dict(d_model=8, n_heads=2)

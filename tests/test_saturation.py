@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.saturation."""
+"""Unit and property tests for attn_utils.experiments.ch02_saturation."""
 
 import math
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from attn_utils import softmax
-from attn_utils.saturation import first_exact_one, log_tail_mass
+from attn_utils import log_tail_mass, softmax
+from attn_utils.experiments.ch02_saturation import first_exact_one
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 

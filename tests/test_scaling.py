@@ -1,4 +1,4 @@
-"""Unit and property tests for attn_utils.scaling (chapter 4)."""
+"""Unit and property tests for attn_utils.experiments.ch04_scaling (chapter 4)."""
 
 import numpy as np
 import pytest
@@ -7,14 +7,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 import attn_utils as au
-from attn_utils.scaling import (
-    ScaleRuleRuns,
-    ScaleSweep,
-    query_key_vectors,
-    running_mean,
-    scale_exponent_sweep,
-    train_scale_rules,
-)
+from attn_utils import harness as hz
+from attn_utils import running_mean
+from attn_utils.experiments.ch04_scaling import ScaleRuleRuns, ScaleSweep, scale_exponent_sweep, train_scale_rules
+from attn_utils.harness.training import query_key_vectors
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
 
@@ -116,9 +112,9 @@ def test_sweep_rejects_bad_arguments(kwargs, exc, match):
 
 
 def _tiny_model(**overrides):
-    task = au.recall_task()
-    config = au.ModelConfig(d_model=8, d_k=4, **overrides)
-    return task, config, au.init_params(config, task, (0, 1))
+    task = hz.recall_task()
+    config = hz.ModelConfig(d_model=8, d_k=4, **overrides)
+    return task, config, hz.init_params(config, task, (0, 1))
 
 
 def test_query_key_vectors_match_a_manual_computation():
@@ -136,7 +132,7 @@ def test_query_key_vectors_dot_product_reproduces_model_attention():
     x = task.sample(np.random.default_rng(1), 4).x
     q, k = query_key_vectors(params, config, task, x)
     weights = au.softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(4))
-    np.testing.assert_allclose(weights, au.attention_weights(params, config, task, x)[0], atol=1e-12)
+    np.testing.assert_allclose(weights, hz.attention_weights(params, config, task, x)[0], atol=1e-12)
 
 
 def test_query_key_vectors_shared_and_per_seed_inputs():
@@ -158,7 +154,7 @@ def test_query_key_vectors_rejects_bad_input():
         query_key_vectors({"E": params["E"]}, config, task, np.zeros((2, task.seq_len), dtype=np.int64))
     with pytest.raises(ValueError, match="encoder"):
         query_key_vectors(
-            params, au.ModelConfig(d_model=8, encoder="mean_pool"), task, np.zeros((2, task.seq_len), dtype=np.int64)
+            params, hz.ModelConfig(d_model=8, encoder="mean_pool"), task, np.zeros((2, task.seq_len), dtype=np.int64)
         )
 
 
@@ -169,7 +165,7 @@ MEMBERS = (("sqrt", 1e-2), ("linear", 3e-3), ("learned", 2e-2), ("none", 1e-2))
 
 @pytest.fixture(scope="module")
 def small_grid():
-    task = au.recall_task()
+    task = hz.recall_task()
     return task, train_scale_rules(task, MEMBERS, (0, 3), d_k=16, steps=12, batch_size=8, eval_size=32)
 
 
@@ -180,8 +176,8 @@ def test_grid_members_equal_separate_train_calls(small_grid):
     assert grid.loss.shape == (12, 4, 2) and grid.accuracy.shape == grid.eval_loss.shape == grid.scale.shape == (4, 2)
     for m, (rule, lr) in enumerate(MEMBERS):
         extra = {"learned_scale_init": 1.0} if rule == "learned" else {}
-        ref = au.train(
-            au.ModelConfig(d_model=32, d_k=16, scale=rule, **extra),
+        ref = hz.train(
+            hz.ModelConfig(d_model=32, d_k=16, scale=rule, **extra),
             task,
             seeds=(0, 3),
             steps=12,
@@ -215,7 +211,7 @@ def test_grid_params_feed_query_key_vectors(small_grid):
 
 def test_grid_learned_scale_init_matches_train():
     # the chapter starts the learned temperature at c = 1 (unscaled); any init must match attn_utils.train
-    task = au.recall_task()
+    task = hz.recall_task()
     grid = train_scale_rules(
         task,
         [("learned", 2e-2), ("sqrt", 2e-2)],
@@ -226,8 +222,8 @@ def test_grid_learned_scale_init_matches_train():
         eval_size=16,
         learned_scale_init=0.5,
     )
-    ref = au.train(
-        au.ModelConfig(d_model=32, d_k=8, scale="learned", learned_scale_init=0.5),
+    ref = hz.train(
+        hz.ModelConfig(d_model=32, d_k=8, scale="learned", learned_scale_init=0.5),
         task,
         seeds=(1, 4),
         steps=8,
@@ -243,7 +239,7 @@ def test_grid_learned_scale_init_matches_train():
 
 def test_grid_float32_keeps_its_dtype():
     grid = train_scale_rules(
-        au.recall_task(),
+        hz.recall_task(),
         [("linear", 1e-2), ("learned", 1e-2)],
         (0,),
         d_k=8,
@@ -257,7 +253,7 @@ def test_grid_float32_keeps_its_dtype():
 
 
 def test_grid_seeds_are_independent_of_members():
-    task = au.recall_task()
+    task = hz.recall_task()
     one = train_scale_rules(task, [("sqrt", 1e-2)], (5,), d_k=8, steps=6, batch_size=4, eval_size=8)
     two = train_scale_rules(task, [("none", 3e-2), ("sqrt", 1e-2)], (2, 5), d_k=8, steps=6, batch_size=4, eval_size=8)
     np.testing.assert_allclose(two.loss[:, 1, 1], one.loss[:, 0, 0], rtol=1e-12)
@@ -279,7 +275,7 @@ def test_grid_rejects_bad_arguments(members, kwargs, exc, match):
     args = {"seeds": (0,), "d_k": 4, "steps": 2, "batch_size": 2, "eval_size": 2}
     args.update(kwargs)
     with pytest.raises(exc, match=match):
-        train_scale_rules(au.recall_task(), members, **args)
+        train_scale_rules(hz.recall_task(), members, **args)
 
 
 def test_grid_index_unknown_member(small_grid):

@@ -9,14 +9,14 @@ from autograd import grad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils.attention import attention_scores
-from attn_utils.qknorm import cosine_logits
-from attn_utils.scores import (
+from attn_utils import attention_scores, softmax
+from attn_utils.experiments.ch05_qknorm import cosine_logits
+from attn_utils.experiments.ch07_scores import (
     SCORE_NAMES,
     ScoreCost,
-    _register_all,
     init_score_params,
     linear_attention,
+    register_scores,
     sample_init_logits,
     score,
     score_cost,
@@ -24,9 +24,10 @@ from attn_utils.scores import (
     score_weights,
     weight_rule,
 )
-from attn_utils.softmax import softmax
-from attn_utils.tasks import recall_task
-from attn_utils.training import SCORES, ModelConfig, init_params, loss, register_score, train
+from attn_utils.harness.tasks import recall_task
+from attn_utils.harness.training import SCORES, ModelConfig, init_params, loss, register_score, train
+
+register_scores()  # the harness trains these scores only once they are registered
 
 WITH_PARAMS = ("bilinear", "additive", "cosine")
 
@@ -153,17 +154,18 @@ def test_parameter_counts_come_from_the_init_arrays():
 
 
 def test_every_score_is_registered_once_and_registration_is_idempotent():
+    assert register_scores() == SCORE_NAMES[1:]
     assert set(SCORE_NAMES) <= set(SCORES)
     before = {n: SCORES[n].fn for n in SCORE_NAMES}
-    _register_all()  # as after a module reload
+    register_scores()  # a second call replaces our own functions
     assert all(SCORES[n].fn is not before[n] for n in SCORE_NAMES[1:]) and SCORES["dot"].fn is before["dot"]
     register_score("additive", lambda q, k, p: q, overwrite=True)  # someone else's function under our name
     try:
         with pytest.raises(ValueError, match="another module"):
-            _register_all()
+            register_scores()
     finally:
         SCORES.pop("additive")
-        _register_all()
+        register_scores()
     assert SCORES["additive"].init is not None
 
 
@@ -216,7 +218,7 @@ def test_gradient_through_each_score_matches_central_differences(name):
 def test_tanh_primitive_gradient_equals_autograds_and_keeps_float32():
     import autograd.numpy as anp
 
-    from attn_utils.scores import _tanh
+    from attn_utils.experiments.ch07_scores import _tanh
 
     x = np.linspace(-4.0, 4.0, 41)
     w = np.cos(np.arange(41.0))  # a weighted sum, so every element's derivative counts
@@ -232,7 +234,7 @@ def test_tanh_primitive_gradient_equals_autograds_and_keeps_float32():
 def test_elu_plus_one_primitive_value_and_gradient():
     import autograd.numpy as anp
 
-    from attn_utils.scores import _elu_plus_one_prim
+    from attn_utils.experiments.ch07_scores import _elu_plus_one_prim
 
     x = np.concatenate([np.linspace(-5.0, 5.0, 40), [0.0, -1e-9, 1e-9]])
     w = np.cos(np.arange(x.size, dtype=float))
@@ -246,7 +248,7 @@ def test_elu_plus_one_primitive_value_and_gradient():
 def test_unit_primitive_value_and_gradient_equal_the_plain_formula():
     import autograd.numpy as anp
 
-    from attn_utils.scores import _EPS, _unit_prim
+    from attn_utils.experiments.ch07_scores import _EPS, _unit_prim
 
     x = np.random.default_rng(9).standard_normal((3, 4, 5))
     x[0, 0] = 0.0  # a zero row stays finite
@@ -260,7 +262,7 @@ def test_unit_primitive_value_and_gradient_equal_the_plain_formula():
 
 
 def test_bilinear_harness_weight_product_folds_the_batch_correctly():
-    from attn_utils.scores import _Ops
+    from attn_utils.experiments.ch07_scores import _Ops
 
     rng = np.random.default_rng(10)
     x, w = rng.standard_normal((2, 3, 4, 5, 6)), rng.standard_normal((2, 4, 6, 7))  # (S, B, H, n, d), (S, H, d, e)

@@ -10,9 +10,15 @@ import numpy as np
 import pytest
 import threadpoolctl
 
-from attn_utils import causal_mask, init_mha_params, multi_head_attention, scaled_dot_product_attention, softmax
-from attn_utils.attention import attention_scores
-from attn_utils.threads import single_thread_blas
+from attn_utils import (
+    attention_scores,
+    causal_mask,
+    init_mha_params,
+    multi_head_attention,
+    scaled_dot_product_attention,
+    softmax,
+)
+from attn_utils.book.measuring import single_thread_blas
 
 
 def _in_thread(fn, timeout: float):

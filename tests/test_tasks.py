@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils.tasks import (
+from attn_utils.harness.tasks import (
     IGNORE,
     Task,
     TaskBatch,

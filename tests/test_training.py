@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from autograd import grad
 
-from attn_utils.tasks import TaskBatch, copy_task, keyword_task, previous_token_task, two_relation_task
-from attn_utils.training import (
+from attn_utils.harness.tasks import TaskBatch, copy_task, keyword_task, previous_token_task, two_relation_task
+from attn_utils.harness.training import (
     SCORES,
     ModelConfig,
     attention_weights,

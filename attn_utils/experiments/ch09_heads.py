@@ -10,7 +10,7 @@
   :func:`fit_attention_pattern` searches numerically (Adam on the row-wise KL divergence) for the
   closest pattern a head of size ``d_k`` can make.
 * :func:`head_contributions` — the ``h`` terms ``head_i W_O^i`` whose *sum* is multi-head attention.
-* :func:`greedy_head_pruning` — remove heads of a trained :mod:`attn_utils.training` model one at a
+* :func:`greedy_head_pruning` — remove heads of a trained :mod:`attn_utils.harness.training` model one at a
   time (always the one whose removal costs least accuracy on a selection batch), vectorised over
   seeds and candidates, and report the path's accuracy on a separate evaluation batch.
 * :func:`hard_pattern_factors` — size-2 queries and keys that put weight ``≥ w`` on any chosen key
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import scaled_dot_product_attention
-from .multihead import split_heads
-from .softmax import softmax
-from .tasks import IGNORE, Task, TaskBatch
-from .training import ModelConfig, evaluate, forward
-from .validation import as_float_array, check_axis_size, positive_int, positive_scalar
+from ..attention import scaled_dot_product_attention
+from ..harness.tasks import IGNORE, Task, TaskBatch
+from ..harness.training import ModelConfig, evaluate, forward
+from ..multihead import split_heads
+from ..softmax import softmax
+from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
 # ---------------------------------------------------------------- cost
 
@@ -270,7 +270,7 @@ def greedy_head_pruning(
     """Remove heads one at a time, each time the one whose removal leaves the highest accuracy on ``batch``.
 
     params : trained parameters with a leading seed axis S (``TrainResult.params``); batch : the
-    *selection* :class:`~attn_utils.tasks.TaskBatch`, ``x (batch, n)`` shared by the seeds, on which
+    *selection* :class:`~attn_utils.harness.tasks.TaskBatch`, ``x (batch, n)`` shared by the seeds, on which
     every remaining candidate is scored (ties in accuracy go to the lower loss); eval_batch : an
     independent batch on which the accuracy along the chosen path is reported (``curve.accuracy``),
     so that the curve is not measured on the data that chose it. Without it ``accuracy`` is the

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .validation import int_at_least, positive_int
+from ..validation import int_at_least, positive_int
 
 IGNORE: int = -1
 """Target value of a position that is not scored (per-position tasks)."""

@@ -18,10 +18,10 @@ What is here
   for Gaussian inputs and a shared projection, by a one-sided Monte Carlo over the query only.
 * :func:`self_mask` — Reformer's rule: no attention to oneself unless nothing else is allowed.
 * :func:`qk_attention_layer` — one self-attention layer with ``share_qk`` (one projection instead of
-  two); its products are counted by :func:`attn_utils.layers.count_macs`.
+  two); its products are counted by :func:`attn_utils.book.measuring.count_macs`.
 * :func:`factorization_rank` — the local dimension of the set of forms ``W_q W_kᵀ`` (or ``W Wᵀ``).
 * For the training harness: :func:`dot_score_no_self` (a score to pass to
-  :func:`attn_utils.training.register_score`), :func:`cyclic_previous_token_task` and
+  :func:`attn_utils.harness.training.register_score`), :func:`cyclic_previous_token_task` and
   :func:`first_layer_queries`.
 """
 
@@ -32,11 +32,11 @@ import math
 import autograd.numpy as anp
 import numpy as np
 
-from .attention import causal_mask, scaled_dot_product_attention
-from .layers import counted_matmul, record_macs
-from .multihead import merge_heads, split_heads
-from .tasks import Task, TaskBatch
-from .validation import as_float_array, check_axis_size, int_at_least, positive_int
+from ..attention import causal_mask, scaled_dot_product_attention
+from ..book.measuring import counted_matmul, record_macs
+from ..harness.tasks import Task, TaskBatch
+from ..multihead import merge_heads, split_heads
+from ..validation import as_float_array, check_axis_size, int_at_least, positive_int
 
 SELF_PENALTY: float = 1e5
 """Subtracted from a token's score for itself by :func:`dot_score_no_self`.
@@ -51,7 +51,7 @@ def qk_scores(x, w_q, w_k=None) -> np.ndarray:
 
     x : (..., n, d); w_q, w_k : (..., d, d_k), leading axes broadcast against x's.
     Returns (..., n, n). Shared projections are computed once (one product fewer); every product
-    is counted by :func:`attn_utils.layers.count_macs`.
+    is counted by :func:`attn_utils.book.measuring.count_macs`.
     """
     x = as_float_array("x", x, min_ndim=2)
     w_q = as_float_array("w_q", w_q, min_ndim=2)
@@ -198,7 +198,7 @@ def qk_attention_layer(x, params: dict, h: int = 1, *, share_qk: bool = False, m
     x : (..., n, d); params : ``W_q, W_v (d, h·d_k)``, ``W_o (h·d_v, d)`` and, unless ``share_qk``,
     ``W_k (d, h·d_k)`` (ignored when shared); mask : bool (n, n), ``True`` = may attend
     (e.g. :func:`self_mask`). With ``share_qk=False`` this is
-    :func:`attn_utils.layers.self_attention_layer`. Products are counted by ``count_macs``:
+    :func:`attn_utils.harness.layers.self_attention_layer`. Products are counted by ``count_macs``:
     sharing saves exactly the ``n·d·h·d_k`` multiply-adds of the key projection.
     Returns ``(output (..., n, d), weights (..., h, n, n))``.
     """
@@ -268,7 +268,7 @@ def cyclic_previous_token_task(n: int = 8, vocab: int = 8) -> Task:
 
     The wrap-around makes the pointer pattern ``i → i − 1`` a cycle of length ``n``, which no
     symmetric score matrix can realise as row maxima for ``n ≥ 3`` (chapter 8), while the
-    non-cyclic :func:`attn_utils.tasks.previous_token_task` is a chain, which one can.
+    non-cyclic :func:`attn_utils.harness.tasks.previous_token_task` is a chain, which one can.
     """
     n = int_at_least("n", n, 3)
     v = int_at_least("vocab", vocab, 2)
@@ -283,12 +283,12 @@ def cyclic_previous_token_task(n: int = 8, vocab: int = 8) -> Task:
 def first_layer_queries(params: dict, config, task: Task, x) -> np.ndarray:
     """Queries of the first attention layer of a trained harness model: ``(E[x] + P) W_q``.
 
-    params, config : from :func:`attn_utils.training.train` (``result.params``, ``result.config``);
+    params, config : from :func:`attn_utils.harness.training.train` (``result.params``, ``result.config``);
     x : (batch, n) tokens shared by all seeds, or (S, batch, n). Returns (S, batch, H, n, d_k).
     With ``config.share_qk`` these are also the keys, so ``‖q_i‖`` is the norm in the bounds of
     chapter 8. (Layer 0 only: its input is the embedding, before any residual update.)
     """
-    from .scaling import query_key_vectors  # one implementation of "layer-0 q and k" for the book
+    from ..harness.training import query_key_vectors  # one implementation of "layer-0 q and k" for the book
 
     return query_key_vectors(params, config, task, x)[0]
 

@@ -11,7 +11,7 @@ What is here
   permutation-invariant encoder can reach on the copy task.
 * A linear "mean-pool" code: :func:`superposition_copy_accuracy` sums one random vector per
   (position, token) and decodes each position with a matched filter.
-* The keyword toy of :func:`attn_utils.tasks.keyword_task` with word labels
+* The keyword toy of :func:`attn_utils.harness.tasks.keyword_task` with word labels
   (:func:`keyword_vocabulary`, :func:`words_to_ids`, :func:`ids_to_words`), the attention mass of
   the read-out position on the keyword (:func:`keyword_attention_mass`), and the same trained
   model with its attention made uniform at test time (:func:`with_uniform_attention`).
@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from .tasks import Task, as_generator
-from .validation import positive_int
+from ..harness.tasks import Task, as_generator
+from ..validation import positive_int
 
 _SIGNIFICAND_BITS = {"float16": 11, "float32": 24, "float64": 53}
 
@@ -50,7 +50,7 @@ KEYWORD_FILLERS: tuple[str, ...] = (
     ".",
     "a",
 )
-"""Words for the filler ids ``0 … 15`` of :func:`~attn_utils.tasks.keyword_task`."""
+"""Words for the filler ids ``0 … 15`` of :func:`~attn_utils.harness.tasks.keyword_task`."""
 KEYWORD_POSITIVE: tuple[str, ...] = ("love", "great", "superb", "enjoyed")
 """Words for the positive keyword ids (label 1)."""
 KEYWORD_NEGATIVE: tuple[str, ...] = ("hate", "awful", "boring", "terrible")
@@ -208,7 +208,7 @@ def _keyword_options(task: Task) -> tuple[int, int]:
 
 
 def keyword_vocabulary(task: Task) -> tuple[str, ...]:
-    """Word label of every token id of a :func:`~attn_utils.tasks.keyword_task` (fillers, positive, negative, CLS)."""
+    """Word label of every token id of a :func:`~attn_utils.harness.keyword_task` (fillers, positive, negative, CLS)."""
     n_filler, n_kw = _keyword_options(task)
     return KEYWORD_FILLERS[:n_filler] + KEYWORD_POSITIVE[:n_kw] + KEYWORD_NEGATIVE[:n_kw] + (CLS_WORD,)
 
@@ -246,7 +246,7 @@ def ids_to_words(x, task: Task) -> list:
 def keyword_attention_mass(weights, keyword_pos) -> np.ndarray:
     """Attention the read-out (last) position puts on the keyword, averaged over heads.
 
-    weights : ``(S, batch, H, n, n)`` (one layer from :func:`~attn_utils.training.attention_weights`);
+    weights : ``(S, batch, H, n, n)`` (one layer from :func:`~attn_utils.harness.training.attention_weights`);
     keyword_pos : ``(batch,)`` or ``(S, batch)`` ints (``info["keyword_pos"]``). Returns ``(S, batch)``.
     """
     w = np.asarray(weights, dtype=float)
@@ -274,9 +274,9 @@ def with_uniform_attention(params: dict, config) -> dict:
     it asks whether *this trained model* relies on its attention, not whether the task needs
     attention. (Wiegreffe & Pinter's uniform baseline is different: they *train* a model with
     its attention frozen uniform.) Needs ``score="dot"`` and softmax weights (true for the
-    default :class:`~attn_utils.training.ModelConfig`).
+    default :class:`~attn_utils.harness.training.ModelConfig`).
     """
-    from .training import SCORES, ModelConfig
+    from ..harness.training import SCORES, ModelConfig
 
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")

@@ -1,4 +1,4 @@
-"""Attention computed block by block with an online softmax, never forming the n×n matrix.
+"""Chapter 12 — attention computed block by block with an online softmax, never forming the n×n matrix.
 
 The keys are visited in blocks of ``block_size``. For every query the function keeps three
 running quantities (the *online softmax* state):
@@ -18,14 +18,12 @@ Shapes follow :mod:`attn_utils.attention`: ``q (..., n_q, d_k)``, ``k (..., n_k,
 
 from __future__ import annotations
 
-import time
-import tracemalloc
 from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import check_mask, check_qkv, default_scale
-from .validation import positive_int, positive_scalar
+from ..attention import check_mask, check_qkv, default_scale
+from ..validation import positive_int, positive_scalar
 
 
 @dataclass(frozen=True)
@@ -179,26 +177,4 @@ def blocked_attention(
     return out, BlockedAttentionStats(lse, n_tiles, n_skipped, matmul_flops, n_exp, rescale_flops, n_increases)
 
 
-def traced_peak_memory(fn, *args, **kwargs) -> tuple[int, float]:
-    """Peak bytes allocated while ``fn(*args, **kwargs)`` runs, and its wall-clock seconds.
-
-    Uses :mod:`tracemalloc`, which sees numpy's array buffers (numpy reports them to it) but
-    not memory that BLAS allocates internally. Arrays alive before the call (the inputs) are
-    not counted; the result of the call is, because it is alive at the peak. The result is
-    discarded. Raises ``RuntimeError`` if tracing is already on (nested measurements would be
-    wrong).
-    """
-    if tracemalloc.is_tracing():
-        raise RuntimeError("traced_peak_memory: tracemalloc is already tracing")
-    tracemalloc.start()
-    try:
-        start = time.perf_counter()
-        fn(*args, **kwargs)
-        seconds = time.perf_counter() - start
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return peak, seconds
-
-
-__all__ = ["blocked_attention", "BlockedAttentionStats", "traced_peak_memory"]
+__all__ = ["blocked_attention", "BlockedAttentionStats"]

@@ -26,9 +26,9 @@ import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
-from .tasks import Task
-from .threads import single_thread_blas
-from .training import (
+from ..book.measuring import single_thread_blas
+from ..harness.tasks import Task
+from ..harness.training import (
     SCORES,
     ModelConfig,
     adam,
@@ -39,7 +39,7 @@ from .training import (
     sgd,
     step_batches,
 )
-from .validation import as_float_array, positive_int, positive_scalar
+from ..validation import as_float_array, positive_int, positive_scalar
 
 Params = dict[str, np.ndarray]
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import causal_mask, scaled_dot_product_attention
-from .multihead import init_mha_params, merge_heads, multi_head_attention, split_heads
-from .validation import nonneg_int, positive_int
+from ..attention import causal_mask, scaled_dot_product_attention
+from ..multihead import init_mha_params, merge_heads, multi_head_attention, split_heads
+from ..validation import nonneg_int, positive_int
 
 FLOP_PARTS = ("projections", "attention", "mlp", "readout")
 

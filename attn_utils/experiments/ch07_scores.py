@@ -3,9 +3,9 @@
 Eight scores, each written **once** (a ``_core`` function over an operation counter) and used
 two ways:
 
-* by the training harness: importing this module registers every score in
-  :data:`attn_utils.training.SCORES` (``"dot"`` is the harness's own), so
-  ``ModelConfig(score=name, scale="none")`` trains a model with it;
+* by the training harness: :func:`register_scores` adds every score to
+  :data:`attn_utils.harness.training.SCORES` (``"dot"`` is the harness's own), after which
+  ``ModelConfig(score=name, scale="none")`` trains a model with it (importing registers nothing);
 * as a plain numpy function, :func:`score` (with :func:`score_weights` for the weights), whose
   ``counter`` argument tallies the arithmetic it actually performs into a :class:`ScoreCost`;
   :func:`score_cost` is the closed form of that count.
@@ -46,9 +46,9 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.extend import defvjp, primitive
 
-from .softmax import softmax
-from .training import SCORES, register_score
-from .validation import as_float_array, check_same_leading, positive_int
+from ..harness.training import SCORES, register_score
+from ..softmax import softmax
+from ..validation import as_float_array, check_same_leading, positive_int
 
 SCORE_NAMES: tuple[str, ...] = (
     "dot",
@@ -316,13 +316,17 @@ def _harness_fn(name: str):
     fn.__name__ = f"{name}_score"
     fn.__doc__ = (
         f"Harness score {name!r}: q (S, B, H, n_q, d_k), k (S, B, H, n_k, d_k) → (S, B, H, n_q, n_k); "
-        f"see attn_utils.scores."
+        f"see attn_utils.experiments.ch07_scores."
     )
     fn._attn_utils_scores = name  # marks our registration, so a module reload may replace it
     return fn
 
 
-def _register_all() -> None:
+def register_scores() -> tuple[str, ...]:
+    """Register the score functions of this chapter with the training harness and return their names.
+
+    Called explicitly (importing this module changes nothing); calling it again is harmless.
+    """
     for name in SCORE_NAMES[1:]:  # "dot" is the harness's own
         old = SCORES.get(name)
         if old is not None and getattr(old.fn, "_attn_utils_scores", None) != name:
@@ -330,9 +334,7 @@ def _register_all() -> None:
         register_score(
             name, _harness_fn(name), _INITS.get(name), weights=_WEIGHTS.get(name, "softmax"), overwrite=old is not None
         )
-
-
-_register_all()
+    return SCORE_NAMES[1:]
 
 
 # --------------------------------------------------------------------------- numpy interface
@@ -411,7 +413,7 @@ def score(name: str, q, k, params: dict | None = None, *, counter: ScoreCost | N
 
 def weight_rule(name: str) -> str:
     """How the raw scores of ``name`` become weights: ``"softmax"``, ``"sigmoid"`` or ``"normalize"``."""
-    return SCORES[_check_name(name)].weights
+    return _WEIGHTS.get(_check_name(name), "softmax")
 
 
 def score_weights(name: str, q, k, params: dict | None = None) -> np.ndarray:
@@ -476,18 +478,18 @@ def sample_init_logits(name: str, rng: np.random.Generator, d: int, n_heads: int
     """Raw logits at initialisation: ``n_heads`` independent heads, each with its own freshly drawn
     score parameters, one query and ``n_keys`` keys with iid standard normal components.
 
-    Returns (n_heads, n_keys). Runs the harness's registered score function (heads on the H axis),
+    Returns (n_heads, n_keys). Runs the function the harness trains with (heads on the H axis),
     so it measures exactly what a model starts from when its q and k have unit-variance components.
     """
     _check_name(name)
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
     d, n_heads, n_keys = positive_int("d", d), positive_int("n_heads", n_heads), positive_int("n_keys", n_keys)
-    spec = SCORES[name]
-    params = {} if spec.init is None else {key: val[None] for key, val in spec.init(rng, n_heads, d, d).items()}
+    init = _INITS.get(_check_name(name))
+    params = {} if init is None else {key: val[None] for key, val in init(rng, n_heads, d, d).items()}
     q = rng.standard_normal((1, 1, n_heads, 1, d))
     k = rng.standard_normal((1, 1, n_heads, n_keys, d))
-    return np.asarray(spec.fn(q, k, params))[0, 0, :, 0, :]
+    return np.asarray(_harness_fn(name)(q, k, params))[0, 0, :, 0, :]
 
 
 # --------------------------------------------------------------------------- linear attention
@@ -517,6 +519,7 @@ def linear_attention(q, k, v, *, order: str = "linear", counter: ScoreCost | Non
 
 
 __all__ = [
+    "register_scores",
     "SCORE_NAMES",
     "ScoreCost",
     "init_score_params",

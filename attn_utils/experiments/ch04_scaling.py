@@ -1,4 +1,4 @@
-"""The logit scale ``d_k^(-alpha)``: softmax statistics at initialisation, and tools to read trained models.
+"""Chapter 4 — the logit scale ``d_k^(-alpha)``: softmax statistics at initialisation, and tools to read trained models.
 
 Used by the chapter "Why √d_k and not another constant?":
 
@@ -8,9 +8,9 @@ Used by the chapter "Why √d_k and not another constant?":
 * :func:`train_scale_rules` — one-layer attention models trained under several scale rules and
   learning rates in *one* vectorised loop (every (rule, lr) member × every seed on the seed axis),
   so a learning-rate sweep costs little more than a single run;
-* :func:`query_key_vectors` — the first layer's queries and keys of a model trained with
-  :func:`attn_utils.train` (or :func:`train_scale_rules`), to measure how aligned they became;
-* :func:`running_mean` — a trailing moving average for noisy learning curves.
+The first layer's queries and keys of a trained model come from
+:func:`attn_utils.harness.query_key_vectors`; learning curves are smoothed with
+:func:`attn_utils.running_mean`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .attention import attention_query_jacobian
-from .softmax import entropy, softmax
-from .validation import as_float_array, positive_int
+from ..attention import attention_query_jacobian
+from ..softmax import entropy, softmax
+from ..validation import as_float_array, positive_int
 
 
 @dataclass(frozen=True)
@@ -133,32 +133,6 @@ def scale_exponent_sweep(
     return ScaleSweep(alphas, d_values, n_keys, n_draws, **out)
 
 
-def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.ndarray]:
-    """First-layer queries and keys of models trained with :func:`attn_utils.train`.
-
-    The input of layer 0 is the embedding ``h = E[x] + P``, so ``q = h W_q`` and ``k = h W_k``
-    (``k = q`` when ``config.share_qk``). Scale rules and QK-norm are *not* applied: these are
-    the raw vectors whose dot product the scale multiplies. The embedding and the head split are
-    the training harness's own, so the vectors are exactly those of the model's forward pass
-    (:func:`attn_utils.bilinear.first_layer_queries` returns the queries alone).
-
-    params : the dict of a :class:`attn_utils.TrainResult` (each entry (S, …))
-    config : its :class:`attn_utils.ModelConfig` (``encoder="attention"``)
-    task : its :class:`attn_utils.Task`
-    x : (batch, n) int tokens shared by all seeds, or (S, batch, n)
-
-    Returns ``q, k``, each (S, batch, n_heads, n, d_k), float64.
-    """
-    from .training import ModelConfig, first_layer_qk  # local import: training imports nothing from here
-
-    if isinstance(config, ModelConfig) and config.encoder != "attention":
-        raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
-    if not isinstance(params, dict) or "L0.W_q" not in params:
-        raise TypeError("params must be the dict of a TrainResult (with 'E' and 'L0.W_q')")
-    q, k = first_layer_qk(params, config, task, x)
-    return np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
-
-
 @dataclass
 class ScaleRuleRuns:
     """What :func:`train_scale_rules` returns; member ``m`` is ``members[m] = (rule, lr)``.
@@ -230,9 +204,9 @@ def train_scale_rules(
     from autograd import value_and_grad
     from autograd.tracer import getval
 
-    from .tasks import TaskBatch
-    from .threads import single_thread_blas
-    from .training import (  # local import: training imports nothing from here
+    from ..book.measuring import single_thread_blas
+    from ..harness.tasks import TaskBatch
+    from ..harness.training import (  # local import: training imports nothing from here
         SCALE_RULES,
         ModelConfig,
         adam,
@@ -243,7 +217,7 @@ def train_scale_rules(
         seed_tuple,
         step_batches,
     )
-    from .validation import positive_scalar
+    from ..validation import positive_scalar
 
     seeds = seed_tuple(seeds)
     steps, batch_size, eval_size = (
@@ -319,27 +293,9 @@ def train_scale_rules(
     )
 
 
-def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
-    """Trailing moving average along ``axis``: entry ``t`` is the mean of ``x[max(0, t−window+1) … t]``.
-
-    x : any shape with at least one axis; returns the same shape (the first ``window − 1``
-    entries average over the shorter prefix, so nothing is dropped or padded).
-    """
-    x = as_float_array("x", x, min_ndim=1)
-    window = positive_int("window", window)
-    x = np.moveaxis(x, axis, 0)
-    c = np.cumsum(x, axis=0)
-    out = c.copy()
-    out[window:] = c[window:] - c[:-window]
-    counts = np.minimum(np.arange(1, x.shape[0] + 1), window).reshape((-1,) + (1,) * (x.ndim - 1))
-    return np.moveaxis(out / counts, 0, axis)
-
-
 __all__ = [
     "ScaleSweep",
     "scale_exponent_sweep",
     "ScaleRuleRuns",
     "train_scale_rules",
-    "query_key_vectors",
-    "running_mean",
 ]

@@ -1,42 +1,16 @@
-"""Softmax saturation: the probability mass left outside the largest logits, and where
-floating point rounds the largest probability to exactly 1.
+"""Chapter 2 — where floating point rounds the largest softmax probability to exactly 1.
 
-Both functions work on logits ``x`` scaled by a factor ``a`` (an inverse temperature):
-``softmax(a · x)``. They are used by the chapter on softmax saturation.
+Logits ``x`` are scaled by a factor ``a`` (an inverse temperature): ``softmax(a · x)``. The mass
+left outside the largest logit, which chapters 2 and 3 both use, is the core's
+:func:`attn_utils.log_tail_mass`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .softmax import softmax_core
-from .validation import as_float_array
-
-
-def log_tail_mass(x) -> np.ndarray:
-    """``log(1 − Σ_{i∈S} softmax(x)_i)``, the log of the mass *outside* the largest logits.
-
-    ``S`` is the set of positions that attain the maximum of each row (all of them when the
-    maximum is tied). The value is computed from the shifted logits ``x − max x`` in the log
-    domain, so it stays accurate when ``1 − p_max`` is far below the float64 resolution near
-    1 (e.g. ``ln 2 − 100 ≈ -99.31`` for ``x = (100, 100, 200)``, where ``1 − p_max`` itself rounds to 0).
-
-    x : (..., n) finite logits; returns (...). A row whose entries are all equal has no mass
-    outside ``S`` and returns ``-inf``.
-    """
-    x = as_float_array("x", x)
-    shifted = x - np.max(x, axis=-1, keepdims=True)
-    is_max = shifted == 0
-    m = np.sum(is_max, axis=-1)  # size of S
-    # r = Σ_{j∉S} exp(x_j − max x) as a log-sum-exp over the non-maximal entries, shifted by
-    # the largest of them (−Δ) so that nothing underflows even for gaps far beyond 745.
-    masked = np.where(is_max, -np.inf, shifted)
-    top = np.max(masked, axis=-1)
-    top = np.where(np.isfinite(top), top, 0.0)  # every entry in S: r = 0 below
-    with np.errstate(divide="ignore"):
-        log_r_over_m = top + np.log(np.sum(np.exp(masked - top[..., None]), axis=-1)) - np.log(m)
-    # 1 − Σ_S p = r/(m + r) = (r/m) / (1 + r/m)
-    return log_r_over_m - np.log1p(np.exp(log_r_over_m))
+from ..softmax import softmax_core
+from ..validation import as_float_array
 
 
 def first_exact_one(x, scales, dtype=np.float64) -> float:
@@ -77,4 +51,4 @@ def first_exact_one(x, scales, dtype=np.float64) -> float:
     return float(scales[0] if below.size == 0 else scales[below[-1] + 1])
 
 
-__all__ = ["log_tail_mass", "first_exact_one"]
+__all__ = ["first_exact_one"]

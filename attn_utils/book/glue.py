@@ -11,7 +11,7 @@ def glue_number(name: str, value, fmt: str = ".3g", approx: bool = False) -> str
     """Glue ``format(float(value), fmt)`` under ``name`` without displaying it; returns the string.
 
     ``approx=True`` for a number measured on trained models: it is glued as ``≈0.42``, and
-    the test suite does not compare its digits (they vary by machine; see :mod:`attn_utils.checks`).
+    the test suite does not compare its digits (they vary by machine; see :mod:`attn_utils.book.checks`).
     """
     from myst_nb import glue
 

@@ -63,9 +63,9 @@ import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
+from ..book.measuring import single_thread_blas
+from ..validation import positive_int, positive_scalar
 from .tasks import IGNORE, Task, TaskBatch
-from .threads import single_thread_blas
-from .validation import positive_int, positive_scalar
 
 Params = dict[str, np.ndarray]
 
@@ -797,6 +797,30 @@ def train(
     return TrainResult(config, task, seeds, losses, ev["accuracy"], ev["loss"], params, stats, seconds, held_out)
 
 
+def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.ndarray]:
+    """First-layer queries and keys of models trained with :func:`train`.
+
+    The input of layer 0 is the embedding ``h = E[x] + P``, so ``q = h W_q`` and ``k = h W_k``
+    (``k = q`` when ``config.share_qk``). Scale rules and QK-norm are *not* applied: these are
+    the raw vectors whose dot product the scale multiplies. The embedding and the head split are
+    the training harness's own, so the vectors are exactly those of the model's forward pass
+    (chapters 4 and 8 measure their norms and dot products).
+
+    params : the dict of a :class:`TrainResult` (each entry (S, …))
+    config : its :class:`ModelConfig` (``encoder="attention"``)
+    task : its :class:`Task`
+    x : (batch, n) int tokens shared by all seeds, or (S, batch, n)
+
+    Returns ``q, k``, each (S, batch, n_heads, n, d_k), float64.
+    """
+    if isinstance(config, ModelConfig) and config.encoder != "attention":
+        raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
+    if not isinstance(params, dict) or "L0.W_q" not in params:
+        raise TypeError("params must be the dict of a TrainResult (with 'E' and 'L0.W_q')")
+    q, k = first_layer_qk(params, config, task, x)
+    return np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
+
+
 __all__ = [
     "SCALE_RULES",
     "ENCODERS",
@@ -814,6 +838,7 @@ __all__ = [
     "loss",
     "per_seed_loss",
     "first_layer_qk",
+    "query_key_vectors",
     "adam",
     "sgd",
     "seed_tuple",
@@ -822,5 +847,4 @@ __all__ = [
     "OPTIMIZERS",
     "TrainResult",
     "train",
-    "single_thread_blas",
 ]
