@@ -168,3 +168,53 @@ def test_approx_marks_only_trained_measurements(path):
         assert not APPROX_NUMBER.search(text), (
             f"code cell {i} prints a number marked ≈ (not compared by nbval), but {path.name} trains no model"
         )
+
+
+SHORT_ANSWER = re.compile(r"```\{admonition\} Short answer\n(?::[^\n]*\n)*(.*?)\n```", re.S)
+ZH_POINTS = "**中文要点：**"
+
+
+def english_words(text: str) -> int:
+    """Words a reader says aloud: a formula ($…$) counts as one word, a role's target is dropped."""
+    text = re.sub(r"\$[^$]+\$", " F ", text)
+    text = re.sub(r"\{[a-z:]+\}`([^`<]*)(<[^`]*>)?`", r"\1", text)
+    return len([w for w in text.split() if re.search(r"[A-Za-z0-9]", w)])
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_short_answer_fits_30_seconds_in_both_languages(path):
+    """Issue 14: the short answer is at most 80 English words, then a 中文要点 of the same content."""
+    match = SHORT_ANSWER.search(markdown(load(path)))
+    assert match, "missing the Short answer admonition"
+    body = match.group(1)
+    assert ZH_POINTS in body, f"the short answer needs a Chinese version after '{ZH_POINTS}'"
+    english, chinese = body.split(ZH_POINTS, 1)
+    assert english_words(english) <= 80, f"short answer has {english_words(english)} English words (at most 80)"
+    assert len(CJK.findall(chinese)) >= 30, "the 中文要点 should carry the same content as the English"
+
+
+EXPERIMENT_IMPORT = re.compile(r"from attn_utils\.experiments import (ch\d\d_\w+) as ex")
+SHOWN_CODE = re.compile(r"```\{literalinclude\} \.\./attn_utils/experiments/(ch\d\d_\w+)\.py\n:pyobject: (\w+)")
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_chapter_shows_the_experiment_code_it_uses(path):
+    """Issue 11: a chapter that calls its experiment module shows the functions behind its evidence
+    (a collapsed literalinclude with :pyobject:), and every shown object exists."""
+    import importlib
+
+    nb = load(path)
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    module = EXPERIMENT_IMPORT.search(code)
+    if not module:
+        pytest.skip("this chapter has no experiment module")
+    called = set(re.findall(r"\bex\.(\w+)\(", code))
+    shown = SHOWN_CODE.findall(markdown(nb))
+    assert shown, f"show at least one function of {module.group(1)} the chapter calls"
+    mod = importlib.import_module(f"attn_utils.experiments.{module.group(1)}")
+    for name, obj in shown:
+        assert name == module.group(1) or name < module.group(1), f"shows code of a later chapter: {name}"
+        target = importlib.import_module(f"attn_utils.experiments.{name}")
+        assert hasattr(target, obj), f"{name}.{obj} does not exist"
+    assert {obj for name, obj in shown if name == module.group(1)} & called, "show a function the chapter calls"
+    del mod
