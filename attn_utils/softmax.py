@@ -9,24 +9,38 @@ from __future__ import annotations
 
 import autograd.numpy as anp
 import numpy as np
+from autograd.tracer import getval
 
 from .validation import as_float_array
 
 
 def softmax_core(x, axis: int = -1, mask=None):
-    """Max-subtracted softmax without argument checks (autograd-friendly).
+    """Max-subtracted softmax without argument checks (autograd-friendly; the training harness uses it).
 
-    ``mask`` is boolean, ``True`` = keep; it must broadcast against ``x``.
-    Entries equal to ``-inf`` count as masked. A row with nothing left returns
-    all zeros (not NaN): it contributes nothing to an attention output.
+    ``mask`` is boolean, ``True`` = keep; it must broadcast against ``x``. Entries equal to
+    ``-inf`` count as masked. A row with nothing left returns all zeros (not NaN): it contributes
+    nothing to an attention output.
+
+    The shift by the row maximum changes no value, so it is taken outside autograd's graph
+    (``getval``): the graph holds only the exp, the sum and the division.
     """
-    keep = anp.isfinite(x) if mask is None else (mask & anp.isfinite(x))
-    safe = anp.where(keep, x, 0.0)
-    big = anp.max(anp.where(keep, safe, -anp.inf), axis=axis, keepdims=True)
-    big = anp.where(anp.isfinite(big), big, 0.0)
-    e = anp.where(keep, anp.exp(safe - big), 0.0)
+    if mask is not None:
+        x = anp.where(mask, x, -anp.inf)
+    big = np.max(getval(x), axis=axis, keepdims=True)
+    big[~np.isfinite(big)] = 0.0  # a fully masked row: every exp below is exp(-inf) = 0
+    e = anp.exp(x - big)
     total = anp.sum(e, axis=axis, keepdims=True)
     return e / anp.where(total > 0, total, 1.0)
+
+
+def log_softmax_core(x, axis: int = -1):
+    """``log(softmax(x))`` without argument checks (autograd-friendly; the training loss uses it).
+
+    Computed from the shifted logits, never as the log of a probability, so a large gap gives a
+    large negative number instead of ``log(0)``.
+    """
+    shifted = x - np.max(getval(x), axis=axis, keepdims=True)
+    return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
 
 
 # Rows are processed in tiles of about 2**18 entries, so the max, exp, sum and scale passes over
@@ -118,9 +132,7 @@ def log_softmax(x, axis: int = -1) -> np.ndarray:
 
     x : (..., n) logits; returns the same shape.
     """
-    x = as_float_array("x", x)
-    shifted = x - np.max(x, axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return log_softmax_core(as_float_array("x", x), axis=axis)
 
 
 def entropy(p, axis: int = -1) -> np.ndarray:
@@ -194,6 +206,7 @@ __all__ = [
     "log_tail_mass",
     "softmax",
     "softmax_core",
+    "log_softmax_core",
     "softmax_inplace",
     "log_softmax",
     "entropy",

@@ -64,6 +64,7 @@ from autograd import value_and_grad
 from autograd.tracer import getval
 
 from ..book.measuring import single_thread_blas
+from ..softmax import log_softmax_core, softmax_core
 from ..validation import positive_int, positive_scalar
 from .tasks import IGNORE, Task, TaskBatch
 
@@ -317,19 +318,6 @@ def _embed(p: Params, cfg: ModelConfig, x: np.ndarray):
     return h
 
 
-def _softmax(logits, mask):
-    """Softmax over the last axis; ``mask`` (n_q, n_k) bool, True = keep.
-
-    Leaner than :func:`attn_utils.softmax.softmax_core` because here every row keeps at least one key:
-    the max is subtracted as a constant (``getval``: the shift does not change the
-    value, so it needs no gradient), which halves the autograd graph.
-    """
-    if mask is not None:
-        logits = anp.where(mask, logits, -np.inf)
-    e = anp.exp(logits - np.max(getval(logits), axis=-1, keepdims=True))
-    return e / anp.sum(e, axis=-1, keepdims=True)
-
-
 def _heads(h, w):
     """h (S, B, n, d) @ w (S, d, H, e) → (S, B, H, n, e) as one matmul per seed."""
     S, B, n, d = h.shape
@@ -340,7 +328,7 @@ def _heads(h, w):
 
 def _weights(logits, rule: str, mask):
     if rule == "softmax":
-        return _softmax(logits, mask)
+        return softmax_core(logits, mask=mask)
     keep = np.ones(logits.shape[-2:], bool) if mask is None else mask
     if rule == "sigmoid":
         # tanh form: 1/(1+exp(-x)) overflows in float32 (and in its gradient) for x < -44
@@ -440,8 +428,7 @@ def _forward_core(
 
 def _per_seed_ce(logits, y: np.ndarray):
     """Mean cross-entropy per seed over scored targets. logits (S, …, C), y (S, …) → (S,)."""
-    shifted = logits - np.max(getval(logits), axis=-1, keepdims=True)  # constant shift: no gradient needed
-    logp = shifted - anp.log(anp.sum(anp.exp(shifted), axis=-1, keepdims=True))
+    logp = log_softmax_core(logits)
     C = logits.shape[-1]
     scored = y != IGNORE
     onehot = (np.where(scored, y, 0)[..., None] == np.arange(C)) & scored[..., None]
