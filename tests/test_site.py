@@ -77,3 +77,14 @@ def test_math_renders_offline_in_chromium(page, tmp_path):
     assert rendered > 0, f"MathJax rendered no math on {page.name}"
     assert "<mjx-merror" not in dom, f"MathJax reported an error on {page.name}"
     assert not re.search(r"<img [^>]*src=\"https?:", dom), "an image is loaded from the network"
+
+
+def test_search_finds_chinese_words_and_english_stems():
+    """Issue 14: the Chinese lines are segmented into words (jieba, html_search_language: zh), so a
+    reader searching 梯度 or 注意力 finds the chapters; English words are still stemmed."""
+    import json
+
+    text = (SITE / "searchindex.js").read_text(encoding="utf-8")
+    terms = json.loads(text[text.index("(") + 1 : text.rindex(")")])["terms"]
+    for word in ("梯度", "注意力", "缩放", "饱和", "softmax", "gradient", "attent"):
+        assert word in terms, f"{word!r} is not a term of the search index"
