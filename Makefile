@@ -22,6 +22,8 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 
 html: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
+	@if [ -f _build/latex/attention-derived.pdf ]; then cp _build/latex/attention-derived.pdf _build/html/; \
+	  else echo "Note: the site's PDF link works once 'make pdf' has run (it copies the PDF into _build/html)"; fi
 	@echo "Website: $(CURDIR)/_build/html/index.html"
 
 pdf: $(STAMP)

@@ -2,7 +2,10 @@
 
 Usage: python tools/build_summaries.py [--check]
 
-- cheatsheet.md: every chapter's "Short answer" box, linking to the chapter.
+- cheatsheet.md: a one-screen table (question | one-line answer | formula | number to remember), then
+  every chapter's "Short answer" box in English and Chinese, linking to the chapter. The one-line
+  answer is the short answer's first sentence; the formula and the number come from the chapter
+  notebook's metadata ``"cheatsheet": {"formula": "$…$", "remember": "… {glue:text}`key` …"}``.
 - wrong_answers.md: every "(wrong-…)=" target in a chapter's "Common wrong answers" section, with
   the paragraph that states and corrects the claim, linking to the cell that refutes it.
 
@@ -28,11 +31,41 @@ LATEX_UNNUMBERED = (
 GLUE = re.compile(r"\{glue:(text|)\}`([^`:]+)((?::[^`]*)?)`")
 
 
-def chapters():
+def notebooks():
     for path in sorted((ROOT / "chapters").glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
         md = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+        yield path, md, nb.get("metadata", {}).get("cheatsheet", {})
+
+
+def chapters():
+    for path, md, _ in notebooks():
         yield path, md
+
+
+ZH_POINTS = "**中文要点：**"
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
+
+
+def first_sentence(short: str) -> str:
+    """The short answer's first sentence (it answers the question on its own, issue 14)."""
+    english = short.split(ZH_POINTS, 1)[0]
+    # Split only outside $…$ so a formula's "." never ends the sentence.
+    parts = re.split(r"(\$[^$]*\$)", " ".join(english.split()))
+    text = ""
+    for part in parts:
+        if part.startswith("$"):
+            text += part
+            continue
+        cut = SENTENCE_END.search(part)
+        if cut:
+            return text + part[: cut.start()]
+        text += part
+    return text.strip()
+
+
+def table_cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def qualify_glue(text: str, path: Path) -> str:
@@ -55,33 +88,48 @@ def number_of(path: Path) -> int:
 
 def cheatsheet() -> str:
     out = [
+        LATEX_UNNUMBERED,
         "# Cheat sheet · 速查表",
         "",
-        LATEX_UNNUMBERED,
-        "Every chapter's short answer on one page. Each heading links to the chapter with the",
-        "derivation, the checks and the figures.",
+        "Every question of the book in one table: the answer in one line, the formula and the number to",
+        "remember (computed in the chapter). Below it, each chapter's short answer in English and in",
+        "Chinese; every title links to the chapter with the derivation, the checks and the figures.",
         "",
     ]
-    for path, md in chapters():
+    rows = ["| | Question | One-line answer | Formula | Remember |", "|---|---|---|---|---|"]
+    shorts = []
+    for path, md, sheet in notebooks():
         label = LABEL.search(md).group(1)
         title = TITLE.search(md).group(1).strip()
         short = SHORT.search(md)
         if not short:
             raise SystemExit(f"{path.name}: no Short answer admonition")
-        out += [
-            f"## {number_of(path)}. {{ref}}`{title} <{label}>`",
+        missing = {"formula", "remember"} - set(sheet)
+        if missing:
+            raise SystemExit(f"{path.name}: notebook metadata 'cheatsheet' lacks {sorted(missing)}")
+        cells = [
+            str(number_of(path)),
+            f"{{ref}}`{table_cell(title)} <{label}>`",
+            table_cell(first_sentence(short.group(1))),
+            table_cell(sheet["formula"]),
+            table_cell(sheet["remember"]),
+        ]
+        rows.append("| " + " | ".join(global_citations(qualify_glue(c, path)) for c in cells) + " |")
+        shorts += [
+            f"### {number_of(path)}. {{ref}}`{title} <{label}>`",
             "",
             global_citations(qualify_glue(short.group(1).strip(), path)),
             "",
         ]
+    out += [*rows, "", "## The short answers · 简答", "", *shorts]
     return "\n".join(out).rstrip() + "\n"
 
 
 def wrong_answers() -> str:
     out = [
+        LATEX_UNNUMBERED,
         "# Common wrong answers · 常见错误答案",
         "",
-        LATEX_UNNUMBERED,
         "Each entry states a claim often heard in interviews (or made in the source notes), the",
         "correct statement, and a link to the code that refutes the claim: the check right below",
         "the linked paragraph fails if the correction is wrong.",

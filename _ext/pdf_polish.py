@@ -1,0 +1,63 @@
+"""PDF-only touches for the LaTeX build of the book (the website is unchanged).
+
+* A proof (sphinx-proof's ``{prf:proof}``) becomes amsthm's ``proof`` environment: the heading
+  "Proof." and a closing ∎, instead of an admonition box with an empty title bar.
+* A chapter's "References" section is dropped when nothing in it prints: in the PDF its
+  footnote citations already sit at the foot of the pages that cite them.
+"""
+
+from __future__ import annotations
+
+from docutils import nodes
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx_proof.nodes import proof_node
+
+PROOF_PREFIX = "Proof. "  # added by sphinx-proof to the first paragraph; amsthm prints its own
+
+
+class LatexProofs(SphinxPostTransform):
+    default_priority = 900
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        for node in list(self.document.findall(proof_node)):
+            body = node[0] if node.children and isinstance(node[0], nodes.admonition) else node
+            first = next(iter(body.findall(nodes.paragraph)), None)
+            if first is not None and first.children and isinstance(first[0], nodes.Text):
+                text = first[0].astext()
+                if text.startswith(PROOF_PREFIX):
+                    first.replace(first[0], nodes.Text(text[len(PROOF_PREFIX) :]))
+            node.replace_self(
+                [
+                    nodes.raw("", "\n\\begin{proof}\n", format="latex"),
+                    *body.children,
+                    nodes.raw("", "\n\\end{proof}\n", format="latex"),
+                ]
+            )
+
+
+def _prints_nothing(node: nodes.Node) -> bool:
+    if isinstance(node, (nodes.title, nodes.target, nodes.footnote, nodes.comment)):
+        return True
+    if isinstance(node, nodes.Element) and not node.astext().strip():
+        return True
+    return isinstance(node, nodes.Element) and all(_prints_nothing(c) for c in node.children) and bool(node.children)
+
+
+class DropEmptyReferences(SphinxPostTransform):
+    default_priority = 900
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        for section in list(self.document.findall(nodes.section)):
+            title = section.next_node(nodes.title)
+            if title is None or title.astext().strip() != "References":
+                continue
+            if all(_prints_nothing(child) for child in section.children):
+                section.parent.remove(section)
+
+
+def setup(app):
+    app.add_post_transform(LatexProofs)
+    app.add_post_transform(DropEmptyReferences)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
