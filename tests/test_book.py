@@ -218,3 +218,18 @@ def test_chapter_shows_the_experiment_code_it_uses(path):
         assert hasattr(target, obj), f"{name}.{obj} does not exist"
     assert {obj for name, obj in shown if name == module.group(1)} & called, "show a function the chapter calls"
     del mod
+
+
+CONTEXT_WORDS = re.compile(
+    r"\((?:see )?above|\b(?:check|checks|runs?|cells?|figure|table|code|counted|measured|shown|trained|computed)"
+    r" (?:right )?(?:above|below)\b|\bthis chapter\b|\bthe previous (?:section|cell|check)\b",
+    re.I,
+)
+
+
+def test_wrong_answers_are_self_contained():
+    """Issue 14: each catalogue entry states the claim and its correction on its own; none points at
+    checks, runs or figures "above" that are not on the catalogue page."""
+    entries = [line for line in (ROOT / "wrong_answers.md").read_text(encoding="utf-8").split("\n- ")[1:]]
+    bad = [e.split("**")[1] if "**" in e else e[:60] for e in entries if CONTEXT_WORDS.search(e)]
+    assert not bad, f"entries that refer to context outside the catalogue: {bad}"
