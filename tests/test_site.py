@@ -79,6 +79,84 @@ def test_math_renders_offline_in_chromium(page, tmp_path):
     assert not re.search(r"<img [^>]*src=\"https?:", dom), "an image is loaded from the network"
 
 
+PROBE = """
+<script>
+// Measures, once MathJax has typeset the page, what does not fit the reading column.
+window.addEventListener("load", async () => {
+  const out = document.createElement("pre");
+  out.id = "overflow-probe";
+  try {
+  await new Promise((done) => setTimeout(done, 8000));  // virtual time: MathJax has typeset by then
+  const column = document.querySelector("article") || document.body;
+  const right = column.getBoundingClientRect().right + 1;
+  const report = {cut: [], wide: [], lines: [], equations: 0, outputs: 0};
+  document.querySelectorAll("div.math").forEach((box) => {
+    report.equations += 1;
+    const eq = box.querySelector("mjx-container");
+    const label = (box.id || (box.querySelector("[id]") || {}).id || box.textContent.slice(0, 40)).trim();
+    const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+    if (box.getBoundingClientRect().right > right) report.cut.push(label);  // sticks out of the column
+    else if (eq && box.scrollWidth > box.clientWidth + 1) (scrolls ? report.wide : report.cut).push(label);
+  });
+  document.querySelectorAll("div.cell_output pre, div.output pre").forEach((pre) => {
+    report.outputs += 1;
+    if (pre.scrollWidth > pre.clientWidth + 1) report.lines.push(pre.textContent.slice(0, 60));
+  });
+  out.textContent = JSON.stringify(report);
+  } catch (err) { out.textContent = JSON.stringify({error: String(err)}); }
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def overflow_report(page: Path, width: int, tmp_path: Path) -> dict:
+    """Load a copy of ``page`` with the probe in headless Chromium at ``width`` CSS pixels."""
+    import json
+
+    probe = page.with_name(f"_probe_{width}_{page.name}")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    try:
+        cmd = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--window-size={width},900",
+            f"--user-data-dir={tmp_path}",
+            "--proxy-server=127.0.0.1:9",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+            probe.as_uri(),
+        ]
+        dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180).stdout
+    finally:
+        probe.unlink()
+    found = re.search(r'<pre id="overflow-probe">(.*?)</pre>', dom, flags=re.S)
+    assert found, f"the overflow probe did not run on {page.name}"
+    import html
+
+    return json.loads(html.unescape(found.group(1)))
+
+
+LAPTOP, PHONE = 1366, 390
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed")
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_nothing_is_cut_off_on_a_phone_or_a_laptop(page, tmp_path):
+    """Issue 14: no display equation or check line is cut off. On a laptop every equation fits its
+    column; on a phone a long equation may scroll sideways inside its own box, but nothing sticks
+    out of the column or hides behind the theme's overflow:hidden, and check lines wrap."""
+    laptop = overflow_report(page, LAPTOP, tmp_path / "laptop")
+    assert not laptop["cut"] and not laptop["wide"], f"equations wider than the column at {LAPTOP} px: {laptop}"
+    assert not laptop["lines"], f"output lines overflow at {LAPTOP} px: {laptop['lines']}"
+    phone = overflow_report(page, PHONE, tmp_path / "phone")
+    assert not phone["cut"], f"equations cut off at {PHONE} px: {phone['cut']}"
+    assert not phone["lines"], f"output lines overflow at {PHONE} px: {phone['lines']}"
+
+
 def test_search_finds_chinese_words_and_english_stems():
     """Issue 14: the Chinese lines are segmented into words (jieba, html_search_language: zh), so a
     reader searching 梯度 or 注意力 finds the chapters; English words are still stemmed."""

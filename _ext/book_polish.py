@@ -1,4 +1,11 @@
-"""PDF-only touches for the LaTeX build of the book (the website is unchanged).
+"""Finishing touches to the book's two outputs.
+
+Website:
+
+* A figure's image gets the figure's caption as its alt text (myst-nb names output images by a
+  hash, which a screen reader would read out).
+
+PDF (LaTeX build only):
 
 * A proof (sphinx-proof's ``{prf:proof}``) becomes amsthm's ``proof`` environment: the heading
   "Proof." and a closing ∎, instead of an admonition box with an empty title bar.
@@ -8,10 +15,13 @@
 
 from __future__ import annotations
 
+import re
+
 from docutils import nodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx_proof.nodes import proof_node
 
+HASHLIKE = re.compile(r"[0-9a-f]{16,}|.*\.(png|svg|jpe?g)")
 PROOF_PREFIX = "Proof. "  # added by sphinx-proof to the first paragraph; amsthm prints its own
 
 
@@ -57,7 +67,24 @@ class DropEmptyReferences(SphinxPostTransform):
                 section.parent.remove(section)
 
 
+class CaptionsAsAltText(SphinxPostTransform):
+    default_priority = 900
+    formats = ("html",)
+
+    def run(self, **kwargs) -> None:
+        for figure in self.document.findall(nodes.figure):
+            caption = figure.next_node(nodes.caption)
+            if caption is None:
+                continue
+            text = " ".join(caption.astext().split())
+            for image in figure.findall(nodes.image):
+                alt = image.get("alt", "")
+                if not alt or HASHLIKE.fullmatch(alt) or alt == image.get("uri", ""):
+                    image["alt"] = text
+
+
 def setup(app):
+    app.add_post_transform(CaptionsAsAltText)
     app.add_post_transform(LatexProofs)
     app.add_post_transform(DropEmptyReferences)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
