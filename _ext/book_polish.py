@@ -7,6 +7,7 @@ Website:
 
 PDF (LaTeX build only):
 
+* Results are numbered as on the website (chapter.number), see :func:`number_like_the_website`.
 * A proof (sphinx-proof's ``{prf:proof}``) becomes amsthm's ``proof`` environment: the heading
   "Proof." and a closing ∎, instead of an admonition box with an empty title bar.
 * A chapter's "References" section is dropped when nothing in it prints: in the PDF its
@@ -21,6 +22,7 @@ from docutils import nodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx_proof.nodes import proof_node
 
+BOOK_SECNUM_DEPTH = 1  # as numfig_secnum_depth in _config.yml
 HASHLIKE = re.compile(r"[0-9a-f]{16,}|.*\.(png|svg|jpe?g)")
 PROOF_PREFIX = "Proof. "  # added by sphinx-proof to the first paragraph; amsthm prints its own
 
@@ -83,7 +85,18 @@ class CaptionsAsAltText(SphinxPostTransform):
                     image["alt"] = text
 
 
+def number_like_the_website(app) -> None:
+    """sphinx-jupyterbook-latex raises ``numfig_secnum_depth`` to 2 for books with parts, which
+    numbers results by section in the PDF ("Proposition 3.4.1") but by chapter on the website
+    ("Proposition 3.5"). The book's own setting (1: chapter.number) is restored for LaTeX."""
+    from sphinx.builders.latex import LaTeXBuilder
+
+    if isinstance(app.builder, LaTeXBuilder):
+        app.config["numfig_secnum_depth"] = BOOK_SECNUM_DEPTH
+
+
 def setup(app):
+    app.connect("builder-inited", number_like_the_website, priority=900)
     app.add_post_transform(CaptionsAsAltText)
     app.add_post_transform(LatexProofs)
     app.add_post_transform(DropEmptyReferences)
