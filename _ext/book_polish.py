@@ -7,7 +7,7 @@ Website:
 
 PDF (LaTeX build only):
 
-* Results are numbered as on the website (chapter.number), see :func:`number_like_the_website`.
+* Results are numbered as on the website (chapter.number), see :func:`number_results_by_chapter`.
 * A proof (sphinx-proof's ``{prf:proof}``) becomes amsthm's ``proof`` environment: the heading
   "Proof." and a closing ∎, instead of an admonition box with an empty title bar.
 * A chapter's "References" section is dropped when nothing in it prints: in the PDF its
@@ -85,18 +85,31 @@ class CaptionsAsAltText(SphinxPostTransform):
                     image["alt"] = text
 
 
-def number_like_the_website(app) -> None:
-    """sphinx-jupyterbook-latex raises ``numfig_secnum_depth`` to 2 for books with parts, which
-    numbers results by section in the PDF ("Proposition 3.4.1") but by chapter on the website
-    ("Proposition 3.5"). The book's own setting (1: chapter.number) is restored for LaTeX."""
+def _is_latex(app) -> bool:
     from sphinx.builders.latex import LaTeXBuilder
 
-    if isinstance(app.builder, LaTeXBuilder):
+    return isinstance(app.builder, LaTeXBuilder)
+
+
+def number_results_by_chapter(app, env) -> None:
+    """sphinx-jupyterbook-latex raises ``numfig_secnum_depth`` to 2 for a book with parts: LaTeX's
+    own counters (equations, figures) need it, one level down from the parts, but Sphinx also
+    uses it for the numbers it assigns itself (proofs, exercises), which then count per section
+    ("Proposition 3.4.1") where the website counts per chapter ("Proposition 3.5"). Those numbers
+    are assigned with the website's depth; LaTeX's setting is restored before writing."""
+    if _is_latex(app):
+        env.book_latex_secnum_depth = app.config["numfig_secnum_depth"]
         app.config["numfig_secnum_depth"] = BOOK_SECNUM_DEPTH
 
 
+def restore_latex_depth(app, env) -> None:
+    if _is_latex(app) and hasattr(env, "book_latex_secnum_depth"):
+        app.config["numfig_secnum_depth"] = env.book_latex_secnum_depth
+
+
 def setup(app):
-    app.connect("builder-inited", number_like_the_website, priority=900)
+    app.connect("env-updated", number_results_by_chapter)  # before Sphinx numbers them (env-get-updated)
+    app.connect("env-check-consistency", restore_latex_depth)  # after, and before LaTeX is written
     app.add_post_transform(CaptionsAsAltText)
     app.add_post_transform(LatexProofs)
     app.add_post_transform(DropEmptyReferences)
