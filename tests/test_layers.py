@@ -14,16 +14,23 @@ from attn_utils import (
     count_macs,
     init_mha_params,
     loglog_slope,
+    merge_heads,
     min_seconds,
     multi_head_attention,
     numerical_jacobian,
     scaled_dot_product_attention,
+    split_heads,
 )
 from attn_utils.experiments.ch11_layers import (
     attention_input_jacobians,
+    biased_attention_layer,
+    distance_bias,
     hop_distances,
+    init_lstm_params,
     layer_graph,
     layers_to_connect,
+    lstm_layer,
+    lstm_macs,
     perturbation_reach,
     rnn_input_jacobians,
     sequential_depth,
@@ -137,6 +144,59 @@ def test_rnn_matches_naive_loop_with_batch_and_h0():
     for b in range(2):
         np.testing.assert_allclose(out[b], naive_rnn(x[b], p, h0[b]), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(rnn_layer(x[0], p), naive_rnn(x[0], p), rtol=1e-12, atol=1e-14)
+
+
+def naive_lstm(x, p):
+    """One sequence, one gate at a time, with the logistic function written out."""
+    d = p["U"].shape[0]
+    blocks = [
+        (p["W"][:, m * d : (m + 1) * d], p["U"][:, m * d : (m + 1) * d], p["b"][m * d : (m + 1) * d]) for m in range(4)
+    ]
+    y, c, out = np.zeros(d), np.zeros(d), []
+    for t in range(x.shape[0]):
+        i, f, o, g = (x[t] @ W + y @ U + b for W, U, b in blocks)
+        c = c / (1 + np.exp(-f)) + np.tanh(g) / (1 + np.exp(-i))
+        y = np.tanh(c) / (1 + np.exp(-o))
+        out.append(y)
+    return np.array(out)
+
+
+def test_lstm_matches_naive_loop_counts_and_parameters():
+    rng = np.random.default_rng(13)
+    p = init_lstm_params(rng, 5, d_in=3)
+    p["b"] = rng.normal(size=20)
+    x = 2 * rng.normal(size=(2, 9, 3))
+    with count_macs() as c:
+        out = lstm_layer(x, p)
+    assert (c.macs, c.products) == (2 * lstm_macs(9, 5, d_in=3), 9 + 1)
+    assert lstm_macs(9, 5, d_in=3) == 4 * 9 * 5 * (3 + 5)
+    for b in range(2):
+        np.testing.assert_allclose(out[b], naive_lstm(x[b], p), rtol=1e-12, atol=1e-14)
+    square = init_lstm_params(rng, 16)
+    assert sum(a.size for a in square.values()) == 8 * 16**2 + 4 * 16
+    with count_macs() as c:
+        lstm_layer(rng.normal(size=(7, 16)), square)
+    assert c.macs == lstm_macs(7, 16) == 8 * 7 * 16**2
+    with pytest.raises(ValueError, match="x axis -1"):
+        lstm_layer(np.ones((3, 4)), p)
+    causal = perturbation_reach(lambda z: lstm_layer(z, square), rng.normal(size=(6, 16)))
+    np.testing.assert_array_equal(causal, lower(6))
+
+
+def test_attention_core_counts_its_products_as_they_run():
+    """The core's Q Kᵀ and A V go through the instrumented product: a counter sees 2 products whose
+    multiply-adds follow the shapes actually received (a mask changes nothing: the products are dense)."""
+    rng = np.random.default_rng(14)
+    for n, d, h in [(5, 4, 1), (9, 8, 4)]:
+        x = rng.normal(size=(3, n, d))
+        with count_macs() as c:
+            self_attention_layer(x, projections=False, h=h, mask=causal_mask(n))
+        assert (c.macs, c.products) == (3 * 2 * n * n * d, 2)
+    out, w = self_attention_layer(x, projections=False, h=4)
+    heads = split_heads(x, 4)
+    ref, ref_w = scaled_dot_product_attention(heads, heads, heads)
+    np.testing.assert_array_equal(w, ref_w)  # the same computation, bit for bit
+    np.testing.assert_array_equal(out, merge_heads(ref))
 
 
 def naive_conv(x, p, r):
@@ -280,6 +340,32 @@ def test_attention_input_jacobians_against_finite_differences(causal, i):
         assert np.all(got[i + 1 :] == 0)
 
 
+@pytest.mark.parametrize("causal,i,slope", [(False, 3, 0.5), (True, 6, 0.25), (True, 2, 2.0)])
+def test_biased_attention_jacobians_against_finite_differences(causal, i, slope):
+    rng = np.random.default_rng(15)
+    n, d = 7, 5
+    x, p = rng.normal(size=(n, d)), init_mha_params(rng, d, 1)
+    mask = causal_mask(n) if causal else None
+    bias = distance_bias(n, slope)
+    ref = numerical_jacobian(lambda z: biased_attention_layer(z, p, bias, mask)[i], x)
+    np.testing.assert_allclose(attention_input_jacobians(x, p, mask, i, bias=bias), np.moveaxis(ref, 0, 1), atol=1e-8)
+    zero = np.zeros((n, n))
+    unbiased = self_attention_layer(x, p, 1, mask)[0]
+    np.testing.assert_allclose(biased_attention_layer(x, p, zero, mask), unbiased, atol=1e-12)
+    np.testing.assert_allclose(
+        attention_input_jacobians(x, p, mask, i, bias=zero), attention_input_jacobians(x, p, mask, i), atol=1e-12
+    )
+
+
+def test_distance_bias_values_and_validation():
+    np.testing.assert_array_equal(distance_bias(3, 0.5), -0.5 * np.array([[0, 1, 2], [1, 0, 1], [2, 1, 0]]))
+    with pytest.raises(ValueError, match="slope"):
+        distance_bias(3, 0.0)
+    p = init_mha_params(np.random.default_rng(0), 4, 1)
+    with pytest.raises(ValueError, match=r"bias must have shape \(n, n\)"):
+        attention_input_jacobians(np.ones((3, 4)), p, bias=np.zeros((2, 2)))
+
+
 # ---------------------------------------------------------------- fitting, timing, validation
 
 
@@ -303,6 +389,8 @@ def test_bad_arguments_name_the_argument():
         rnn_layer(np.ones((3, 5)), init_rnn_params(rng, 4, d_in=3))
     with pytest.raises(ValueError, match="x axis -1"):
         self_attention_layer(np.ones((3, 5)), init_mha_params(rng, 4, 1))
+    with pytest.raises(ValueError, match="overflowed"):
+        self_attention_layer(np.full((3, 4), 1e200), projections=False)
     with pytest.raises(ValueError, match="params is required"):
         self_attention_layer(np.ones((3, 4)))
     with pytest.raises(ValueError, match=r"W must have shape \(k, d_in, d\)"):

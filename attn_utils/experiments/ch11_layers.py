@@ -1,15 +1,18 @@
 """Chapter 11 — the instruments that reproduce the complexity table of the Transformer paper by
 measurement, on the three layers of :mod:`attn_utils.harness.layers` (self-attention, a tanh RNN,
-a causal 1-D convolution).
+a causal 1-D convolution), and an LSTM, the recurrent cell the Transformer paper's baselines used.
 
 Shapes: ``x (..., n, d_in)`` → ``(..., n, d)``; leading axes are batch axes.
 
+* The LSTM: :func:`init_lstm_params`, :func:`lstm_layer` (every product counted by
+  :func:`attn_utils.count_macs`) and its closed-form count :func:`lstm_macs`.
 * Dependency structure: :func:`layer_graph` builds the position-level computation graph of a stack of
   layers; :func:`hop_distances` (fewest edges from input ``j`` to output ``i``), :func:`sequential_depth`
   (longest chain of dependent nodes), :func:`layers_to_connect`. :func:`perturbation_reach` measures the
   same structure on the real layers by perturbing one input position at a time.
 * Gradients: :func:`rnn_input_jacobians` (exact, by back-propagation through time) and
-  :func:`attention_input_jacobians` (the closed form for one head); both are checked against
+  :func:`attention_input_jacobians` (the closed form for one head, optionally with a positional logit
+  bias such as :func:`distance_bias`, run by :func:`biased_attention_layer`); both are checked against
   :func:`attn_utils.numerical_jacobian`.
 * Costs are counted with :func:`attn_utils.count_macs` and timed with :func:`attn_utils.min_seconds`.
 """
@@ -20,17 +23,70 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
+from ..attention import attention_scores, scaled_dot_product_attention
+from ..book.measuring import counted_matmul
 from ..harness.layers import rnn_layer
+from ..softmax import softmax
 from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
 LAYER_KINDS = ("attention", "rnn", "conv")
 
 
-# ---------------------------------------------------------------- counting multiply-adds
+# ---------------------------------------------------------------- the LSTM, the recurrent cell of the 2017 baselines
 
 
-# ---------------------------------------------------------------- the three layers
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))  # = 1/(1 + e^(−z)), without overflow for large |z|
+
+
+def init_lstm_params(rng: np.random.Generator, d: int, *, d_in: int | None = None) -> dict[str, np.ndarray]:
+    """LSTM weights for :func:`lstm_layer`: ``W (d_in, 4d)`` Gaussian with variance ``1/d_in``,
+    ``U (d, 4d)`` Gaussian with variance ``1/d``, ``b (4d,)`` zero. The four column blocks are the
+    input, forget and output gates and the candidate cell, in that order."""
+    d = positive_int("d", d)
+    d_in = d if d_in is None else positive_int("d_in", d_in)
+    return {
+        "W": rng.normal(0.0, d_in**-0.5, (d_in, 4 * d)),
+        "U": rng.normal(0.0, d**-0.5, (d, 4 * d)),
+        "b": np.zeros(4 * d),
+    }
+
+
+def lstm_layer(x, params: dict) -> np.ndarray:
+    """LSTM (Hochreiter & Schmidhuber 1997, with a forget gate): ``x (..., n, d_in)`` → every output ``(..., n, d)``.
+
+    ``[i_t, f_t, o_t, g_t] = x_t W + y_{t−1} U + b`` (four blocks of width ``d``),
+    ``c_t = σ(f_t) ⊙ c_{t−1} + σ(i_t) ⊙ tanh(g_t)``, ``y_t = σ(o_t) ⊙ tanh(c_t)``, ``y_{−1} = c_{−1} = 0``.
+    Like :func:`attn_utils.harness.rnn_layer`, the input products for all ``t`` are one product and the
+    recurrence is a loop of ``n`` dependent products, every one through ``counted_matmul``:
+    ``4·n·d·(d_in + d)`` multiply-adds in ``n + 1`` products.
+    """
+    x = as_float_array("x", x, min_ndim=2)
+    W, U, b = (as_float_array(name, params[name], min_ndim=1) for name in ("W", "U", "b"))
+    d = U.shape[0]
+    check_axis_size("U", U, -1, 4 * d, "4d, four gates of the d rows of U")
+    check_axis_size("W", W, -1, 4 * d, "4d, columns of U")
+    check_axis_size("x", x, -1, W.shape[0], "d_in, rows of W")
+    check_axis_size("b", b, -1, 4 * d, "4d")
+    pre = counted_matmul(x, W) + b
+    y = np.zeros(x.shape[:-2] + (d,))
+    c = np.zeros_like(y)
+    out = np.empty(x.shape[:-1] + (d,))
+    for t in range(x.shape[-2]):
+        z = pre[..., t, :] + counted_matmul(y, U)
+        i, f, o, g = (z[..., m * d : (m + 1) * d] for m in range(4))
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        y = _sigmoid(o) * np.tanh(c)
+        out[..., t, :] = y
+    return out
+
+
+def lstm_macs(n: int, d: int, *, d_in: int | None = None) -> int:
+    """Multiply-adds of :func:`lstm_layer`: four gates, each an input product ``n·d_in·d`` and a
+    recurrent product ``n·d²`` (``8·n·d²`` when ``d_in = d``)."""
+    n, d = positive_int("n", n), positive_int("d", d)
+    d_in = d if d_in is None else positive_int("d_in", d_in)
+    return 4 * n * d * (d_in + d)
 
 
 # ---------------------------------------------------------------- dependency structure
@@ -230,22 +286,50 @@ def rnn_input_jacobians(x, params: dict, i: int | None = None) -> np.ndarray:
     return jac
 
 
-def attention_input_jacobians(x, params: dict, mask=None, i: int | None = None) -> np.ndarray:
+def distance_bias(n: int, slope: float) -> np.ndarray:
+    """ALiBi's logit bias for one head: ``B[i, j] = −slope·|i − j|`` (Press et al. 2022), shape (n, n)."""
+    n, slope = positive_int("n", n), positive_scalar("slope", slope)
+    pos = np.arange(n)
+    return -slope * np.abs(pos[:, None] - pos[None, :]).astype(float)
+
+
+def _one_head_weights(x, params: dict, mask, bias):
+    Wq, Wk, Wv, Wo = (np.asarray(params[name], float) for name in ("W_q", "W_k", "W_v", "W_o"))
+    check_axis_size("x", x, -1, Wq.shape[0], "d, rows of W_q")
+    q, k, v = x @ Wq, x @ Wk, x @ Wv
+    if bias is None:
+        return (Wq, Wk, Wv, Wo), (q, k, v), scaled_dot_product_attention(q, k, v, mask=mask)[1]
+    bias = as_float_array("bias", bias, min_ndim=2)
+    if bias.shape[-2:] != (x.shape[-2], x.shape[-2]):
+        raise ValueError(f"bias must have shape (n, n) = {(x.shape[-2],) * 2}, received {bias.shape}")
+    return (Wq, Wk, Wv, Wo), (q, k, v), softmax(attention_scores(q, k) + bias, mask=mask)
+
+
+def biased_attention_layer(x, params: dict, bias, mask=None) -> np.ndarray:
+    """One head of self-attention with an additive logit bias: ``softmax(q kᵀ/√d_k + B) v W_o``.
+
+    x : (..., n, d); bias : (n, n), e.g. :func:`distance_bias`; mask : bool (n, n) or None.
+    Returns (..., n, d_out).
+    """
+    x = as_float_array("x", x, min_ndim=2)
+    (_, _, _, Wo), (_, _, v), p = _one_head_weights(x, params, mask, bias)
+    return (p @ v) @ Wo
+
+
+def attention_input_jacobians(x, params: dict, mask=None, i: int | None = None, *, bias=None) -> np.ndarray:
     """Exact ``∂y_i/∂x_j`` of a one-head :func:`self_attention_layer` for every ``j``, in closed form.
 
     With ``q = xW_q, k = xW_k, v = xW_v``, weights ``p_i·`` of query ``i`` and ``v̄_i = Σ_m p_im v_m``:
     ``∂y_i/∂x_j = [p_ij (W_v + W_k q_iᵀ (v_j − v̄_i)/√d_k) + 𝟙[j=i] W_q Σ_l p_il k_lᵀ (v_l − v̄_i)/√d_k] W_o``
-    as the matrix that multiplies a row perturbation ``δx_j`` from the right.
+    as the matrix that multiplies a row perturbation ``δx_j`` from the right. A logit ``bias`` (n, n)
+    that does not depend on ``x`` (:func:`biased_attention_layer`) changes only the weights ``p``.
 
     x : (n, d); params : ``W_q, W_k (d, d_k)``, ``W_v (d, d_v)``, ``W_o (d_v, d_out)``, read as ONE head;
     mask : bool (n, n) or None; i defaults to ``n − 1``. Returns (n, d_out, d), entry ``j`` = ``∂y_i/∂x_j``
     (rows: output components, columns: input components).
     """
     x, n, i = _sequence_and_output_index(x, i, "(n, d)")
-    Wq, Wk, Wv, Wo = (np.asarray(params[name], float) for name in ("W_q", "W_k", "W_v", "W_o"))
-    check_axis_size("x", x, -1, Wq.shape[0], "d, rows of W_q")
-    q, k, v = x @ Wq, x @ Wk, x @ Wv
-    _, p = scaled_dot_product_attention(q, k, v, mask=mask)
+    (Wq, Wk, Wv, Wo), (q, k, v), p = _one_head_weights(x, params, mask, bias)
     p_i, s = p[i], 1.0 / np.sqrt(q.shape[-1])
     v_bar = p_i @ v
     key_value = p_i[:, None, None] * (
@@ -255,10 +339,10 @@ def attention_input_jacobians(x, params: dict, mask=None, i: int | None = None) 
     return np.swapaxes(key_value @ Wo, -1, -2)
 
 
-# ---------------------------------------------------------------- fitting and timing
-
-
 __all__ = [
+    "init_lstm_params",
+    "lstm_layer",
+    "lstm_macs",
     "LAYER_KINDS",
     "LayerGraph",
     "layer_graph",
@@ -267,5 +351,7 @@ __all__ = [
     "layers_to_connect",
     "perturbation_reach",
     "rnn_input_jacobians",
+    "distance_bias",
+    "biased_attention_layer",
     "attention_input_jacobians",
 ]

@@ -4,11 +4,11 @@ The keys are visited in blocks of ``block_size``. For every query the function k
 running quantities (the *online softmax* state):
 
 * ``m``   — the largest logit seen so far,
-* ``ℓ``   — ``Σ_j exp(z_j − m)`` over the keys seen so far,
-* ``acc`` — ``Σ_j exp(z_j − m) v_j`` over the keys seen so far (an unnormalised output).
+* ``ℓ``   — ``sum_j exp(z_j - m)`` over the keys seen so far,
+* ``acc`` — ``sum_j exp(z_j - m) v_j`` over the keys seen so far (an unnormalised output).
 
 When a block raises the maximum from ``m_old`` to ``m_new``, the old ``ℓ`` and ``acc`` are
-multiplied by ``exp(m_old − m_new)`` so that they refer to the new maximum; the block's own
+multiplied by ``exp(m_old - m_new)`` so that they refer to the new maximum; the block's own
 terms are then added. At the end ``acc / ℓ`` is exactly ``softmax(z) V``. The largest temporary
 array is one ``(n_q_block, block_size)`` tile of logits, instead of ``(n_q, n_k)``.
 
@@ -18,11 +18,13 @@ Shapes follow :mod:`attn_utils.attention`: ``q (..., n_q, d_k)``, ``k (..., n_k,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..attention import check_mask, check_qkv, default_scale
+from ..book.measuring import counted_matmul
 from ..validation import positive_int, positive_scalar
 
 
@@ -39,15 +41,16 @@ class BlockedAttentionStats:
         Number of (query block, key block) tiles computed.
     n_tiles_skipped : int
         Tiles skipped because every entry of the tile was masked.
-    matmul_flops : int
-        Floating-point operations in the two products per tile, ``2·b_q·b_k·d_k`` for the
-        logits and ``2·b_q·b_k·d_v`` for the weighted values, summed over tiles and leading axes.
+    matmul_macs : int
+        Multiply-adds of the two products per tile, ``b_q·b_k·d_k`` for the logits and
+        ``b_q·b_k·d_v`` for the weighted values, summed over tiles and leading axes (the same
+        products are also recorded by :func:`attn_utils.count_macs`, which counts them as they run).
     exp_evaluations : int
         Calls of ``exp`` on individual numbers: ``b_q·b_k`` per tile plus ``b_q`` for the
         rescaling factor.
-    rescale_flops : int
+    rescale_mults : int
         Extra multiplications that exact one-pass softmax does not need: ``b_q·(d_v + 1)`` per
-        tile, the rescaling of ``acc`` and ``ℓ`` by ``exp(m_old − m_new)``.
+        tile, the rescaling of ``acc`` and ``ℓ`` by ``exp(m_old - m_new)``.
     n_max_increases : int
         Number of (query, tile) pairs in which an already finite running maximum increased,
         i.e. in which the rescaling factor differs from exactly 1 (summed over leading axes).
@@ -56,9 +59,9 @@ class BlockedAttentionStats:
     lse: np.ndarray
     n_tiles: int
     n_tiles_skipped: int
-    matmul_flops: int
+    matmul_macs: int
     exp_evaluations: int
-    rescale_flops: int
+    rescale_mults: int
     n_max_increases: int
 
 
@@ -74,7 +77,7 @@ def blocked_attention(
     query_block_size: int | None = None,
     return_stats: bool = False,
 ):
-    """Exact ``softmax(scale · q kᵀ) v`` computed one key block at a time (online softmax).
+    """Exact ``softmax(scale · q k^T) v`` computed one key block at a time (online softmax).
 
     Parameters
     ----------
@@ -125,15 +128,15 @@ def blocked_attention(
     out = np.empty(lead + (n_q, d_v), dtype=dtype)
     lse = np.empty(lead + (n_q,), dtype=dtype)
     n_lead = int(np.prod(lead, dtype=np.int64))
-    n_tiles = n_skipped = matmul_flops = n_exp = rescale_flops = n_increases = 0
+    n_tiles = n_skipped = matmul_macs = n_exp = rescale_mults = n_increases = 0
 
     for q0 in range(0, n_q, q_block):
         q1 = min(q0 + q_block, n_q)
         qi = q[..., q0:q1, :]
         bq = q1 - q0
         m = np.full(lead + (bq, 1), -np.inf, dtype=dtype)  # running maximum
-        ell = np.zeros(lead + (bq, 1), dtype=dtype)  # running Σ exp(z − m)
-        acc = out[..., q0:q1, :]  # running Σ exp(z − m) v, kept in the output
+        ell = np.zeros(lead + (bq, 1), dtype=dtype)  # running sum exp(z - m)
+        acc = out[..., q0:q1, :]  # running sum exp(z - m) v, kept in the output
         acc[...] = 0.0
         for k0 in range(0, n_k, block_size):
             k1 = min(k0 + block_size, n_k)
@@ -148,33 +151,361 @@ def blocked_attention(
                 n_skipped += 1
                 continue
             bk = k1 - k0
-            s = qi @ np.swapaxes(k[..., k0:k1, :], -1, -2)  # (..., bq, bk): the only tile in memory
+            s = counted_matmul(qi, np.swapaxes(k[..., k0:k1, :], -1, -2))  # (..., bq, bk): the only tile
             s *= scale
             if keep is not None:
                 np.copyto(s, -np.inf, where=~keep)
             m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
             n_increases += int(np.count_nonzero((m_new > m) & np.isfinite(m)))
             m_ref = np.where(np.isfinite(m_new), m_new, 0.0)  # rows that have seen nothing stay at 0
-            alpha = np.exp(m - m_ref)  # exp(m_old − m_new); 0 when m_old = −inf
+            alpha = np.exp(m - m_ref)  # exp(m_old - m_new); 0 when m_old = -inf
             s -= m_ref
             p = np.exp(s, out=s)  # masked logits give exactly 0
             ell *= alpha
             ell += p.sum(axis=-1, keepdims=True)
             acc *= alpha
-            acc += p @ v[..., k0:k1, :]
+            acc += counted_matmul(p, v[..., k0:k1, :])
             del s, p  # free the tile before the next one exists
             m = m_new
             n_tiles += 1
-            matmul_flops += n_lead * 2 * bq * bk * (d_k + d_v)
+            matmul_macs += n_lead * bq * bk * (d_k + d_v)
             n_exp += n_lead * (bq * bk + bq)
-            rescale_flops += n_lead * bq * (d_v + 1)
+            rescale_mults += n_lead * bq * (d_v + 1)
         seen = ell > 0
         acc /= np.where(seen, ell, 1.0)  # rows with no visible key stay 0
         lse[..., q0:q1] = np.where(seen, m + np.log(np.where(seen, ell, 1.0)), -np.inf)[..., 0]
 
     if not return_stats:
         return out
-    return out, BlockedAttentionStats(lse, n_tiles, n_skipped, matmul_flops, n_exp, rescale_flops, n_increases)
+    return out, BlockedAttentionStats(lse, n_tiles, n_skipped, matmul_macs, n_exp, rescale_mults, n_increases)
 
 
-__all__ = ["blocked_attention", "BlockedAttentionStats"]
+# ---------------------------------------------------------------- a two-level memory model (IO counts)
+#
+# FlashAttention's speed argument is about memory *traffic*: how many numbers move between a
+# large slow memory (a GPU's HBM) and a small fast one (on-chip SRAM) of M numbers. The functions
+# below run standard attention and the two FlashAttention loop orders against a simulated fast
+# memory that counts every number loaded from or stored to slow memory, and refuses to hold more
+# than M numbers at once. With ``compute=False`` the same loops run on shapes only (no arithmetic,
+# no n×n arrays), so long sequences can be counted in a fraction of a second.
+
+
+class _Shape:
+    """Shape-only stand-in for an array when only the traffic is counted (``compute=False``)."""
+
+    __slots__ = ("shape", "size")
+
+    def __init__(self, shape):
+        self.shape = tuple(int(x) for x in shape)
+        self.size = math.prod(self.shape)
+
+    def __getitem__(self, index):
+        index = index if isinstance(index, tuple) else (index,)
+        shape = [len(range(*sl.indices(n))) for sl, n in zip(index, self.shape)]
+        return _Shape(shape + list(self.shape[len(index) :]))
+
+
+class TwoLevelMemory:
+    """A slow memory of any size and a fast memory of ``fast_size`` numbers, with counters.
+
+    ``load`` copies a slice of a slow array into fast memory (``reads`` += its size), ``store``
+    copies a fast block back (``writes`` += its size), ``scratch`` makes a block that lives only
+    in fast memory (tiles, running statistics), ``free`` releases fast blocks. Fast memory that
+    would exceed ``fast_size`` numbers raises ``MemoryError``; ``peak`` is the most ever held.
+    With ``compute=False`` arrays are shapes only, and callers skip the arithmetic.
+    """
+
+    def __init__(self, fast_size: int, *, compute: bool = True):
+        self.fast_size = positive_int("fast_size", fast_size)
+        self.compute = bool(compute)
+        self.reads = self.writes = self.held = self.peak = 0
+
+    def slow(self, shape, fill=0.0, *, data=None):
+        """An array in slow memory (filling it costs nothing: it is where the inputs already are)."""
+        if not self.compute:
+            return _Shape(shape)
+        return np.array(data, dtype=float) if data is not None else np.full(shape, fill)
+
+    def _hold(self, words: int) -> None:
+        self.held += words
+        self.peak = max(self.peak, self.held)
+        if self.held > self.fast_size:
+            raise MemoryError(f"fast memory holds {self.held} numbers, more than fast_size = {self.fast_size}")
+
+    def load(self, array, index):
+        block = array[index]
+        self.reads += block.size
+        self._hold(block.size)
+        return block.copy() if self.compute else block
+
+    def store(self, array, index, block) -> None:
+        self.writes += block.size
+        if self.compute:
+            array[index] = block
+
+    def scratch(self, shape, fill=0.0):
+        block = np.full(shape, fill) if self.compute else _Shape(shape)
+        self._hold(block.size)
+        return block
+
+    def free(self, *blocks) -> None:
+        for block in blocks:
+            self.held -= block.size
+
+
+@dataclass(frozen=True)
+class TrafficCount:
+    """Numbers moved between slow and fast memory by one attention call (:func:`attention_io`)."""
+
+    algorithm: str
+    reads: int
+    writes: int
+    peak_fast: int
+    outer_block: int
+    inner_block: int
+    output: np.ndarray | None
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes
+
+
+IO_ALGORITHMS = ("standard", "flash1", "flash2")
+
+
+def fast_words(algorithm: str, outer: int, inner: int, d: int) -> int:
+    """Numbers held in fast memory at once by ``algorithm`` with ``outer``/``inner`` blocks (head size ``d``).
+
+    standard : ``Q_i`` or ``O_i`` (outer·d) + ``K_j`` or ``V_j`` (inner·d) + one tile (outer·inner);
+        its softmax pass holds one row (or, when a row does not fit, a chunk of it) and two numbers.
+    flash1 : ``K_j, V_j`` (2·outer·d) + ``Q_i, O_i`` (2·inner·d) + ``ℓ_i, m_i`` and two new row
+        statistics (4·inner) + one tile (outer·inner).
+    flash2 : ``Q_i`` and the accumulator (2·outer·d) + ``m, ℓ`` and the new maximum (3·outer) +
+        ``K_j, V_j`` (2·inner·d) + one tile (outer·inner).
+    """
+    if algorithm == "standard":
+        return outer * d + inner * d + outer * inner
+    if algorithm == "flash1":
+        return 2 * outer * d + 2 * inner * d + 4 * inner + outer * inner
+    if algorithm == "flash2":
+        return 2 * outer * d + 3 * outer + 2 * inner * d + outer * inner
+    raise ValueError(f"algorithm must be one of {IO_ALGORITHMS}, received {algorithm!r}")
+
+
+def io_block_sizes(algorithm: str, fast_size: int, d: int) -> tuple[int, int]:
+    """Block sizes ``(outer, inner)``: the largest outer block that fits with ``inner = min(outer, d)``.
+
+    The block of the *outer* loop is the one kept in fast memory while the other operand streams
+    past it, so it decides the traffic; the inner block is capped at ``d`` (as FlashAttention-1
+    caps ``B_r`` at ``d``) so that the tile ``outer × inner`` never crowds it out. Raises
+    ``ValueError`` when not even blocks of one row fit.
+    """
+    fast_size, d = positive_int("fast_size", fast_size), positive_int("d", d)
+    lo, hi = 0, fast_size
+    while lo < hi:  # fast_words grows with outer: binary search for the largest that fits
+        mid = (lo + hi + 1) // 2
+        if fast_words(algorithm, mid, min(mid, d), d) <= fast_size:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo == 0:
+        raise ValueError(f"fast_size = {fast_size} is too small for {algorithm} attention with d = {d}")
+    return lo, min(lo, d)
+
+
+def loops_standard(mem, q, k, v, outer, inner, scale):
+    """FlashAttention's Algorithm 0: S = QK^T, P = softmax(S), O = PV, each written to slow memory."""
+    n, d = q.shape
+    S = mem.slow((n, n))
+    out = mem.slow((n, d))
+    for i0 in range(0, n, outer):  # S = s·Q K^T, one row block of Q kept while K streams
+        rows = slice(i0, min(i0 + outer, n))
+        qi = mem.load(q, (rows,))
+        for j0 in range(0, n, inner):
+            cols = slice(j0, min(j0 + inner, n))
+            kj = mem.load(k, (cols,))
+            sij = mem.scratch((qi.shape[0], kj.shape[0]))
+            if mem.compute:
+                np.matmul(qi, kj.T, out=sij)
+                sij *= scale
+            mem.store(S, (rows, cols), sij)
+            mem.free(kj, sij)
+        mem.free(qi)
+    P = mem.slow((n, n))
+    width = min(n, mem.fast_size - 2)  # a row chunk plus its running maximum and sum
+    if width < 1:
+        raise ValueError(f"fast_size = {mem.fast_size} is too small for the softmax pass")
+    for i in range(n):  # P = softmax(S), one row at a time
+        stats = mem.scratch((2,))  # running maximum and sum of the row
+        if width == n:  # the row fits: one read
+            row = mem.load(S, (slice(i, i + 1),))
+            if mem.compute:
+                row -= row.max()
+                np.exp(row, out=row)
+                row /= row.sum()
+            mem.store(P, (slice(i, i + 1),), row)
+            mem.free(row, stats)
+            continue
+        if mem.compute:
+            stats[:] = -np.inf, 0.0
+        for j0 in range(0, n, width):  # first pass: maximum and sum, online (the row does not fit)
+            chunk = mem.load(S, (slice(i, i + 1), slice(j0, min(j0 + width, n))))
+            if mem.compute:
+                m_new = max(stats[0], chunk.max())
+                stats[1] = stats[1] * np.exp(stats[0] - m_new) + np.exp(chunk - m_new).sum()
+                stats[0] = m_new
+            mem.free(chunk)
+        for j0 in range(0, n, width):  # second pass: normalise and write
+            cols = (slice(i, i + 1), slice(j0, min(j0 + width, n)))
+            chunk = mem.load(S, cols)
+            if mem.compute:
+                chunk[...] = np.exp(chunk - stats[0]) / stats[1]
+            mem.store(P, cols, chunk)
+            mem.free(chunk)
+        mem.free(stats)
+    for i0 in range(0, n, outer):  # O = P V, one row block of O accumulated while V streams
+        rows = slice(i0, min(i0 + outer, n))
+        oi = mem.scratch((rows.stop - i0, v.shape[1]))
+        for j0 in range(0, n, inner):
+            cols = slice(j0, min(j0 + inner, n))
+            pij, vj = mem.load(P, (rows, cols)), mem.load(v, (cols,))
+            if mem.compute:
+                oi += pij @ vj
+            mem.free(pij, vj)
+        mem.store(out, (rows,), oi)
+        mem.free(oi)
+    return out
+
+
+def loops_flash1(mem, q, k, v, outer, inner, scale):
+    """FlashAttention-1 (Algorithm 1 of arXiv:2205.14135): key/value blocks outermost; the
+    normalised output and the row statistics live in slow memory and are read, rescaled and
+    written back for every key block."""
+    n, d = q.shape
+    out, ell, m = mem.slow((n, d)), mem.slow((n, 1)), mem.slow((n, 1))
+    for i0 in range(0, n, inner):  # initialise O = 0, ℓ = 0, m = -inf in slow memory
+        rows = slice(i0, min(i0 + inner, n))
+        b = rows.stop - i0
+        for array, fill, width in ((out, 0.0, d), (ell, 0.0, 1), (m, -np.inf, 1)):
+            block = mem.scratch((b, width), fill)
+            mem.store(array, (rows,), block)
+            mem.free(block)
+    for j0 in range(0, n, outer):
+        cols = slice(j0, min(j0 + outer, n))
+        kj, vj = mem.load(k, (cols,)), mem.load(v, (cols,))
+        for i0 in range(0, n, inner):
+            rows = slice(i0, min(i0 + inner, n))
+            qi, oi = mem.load(q, (rows,)), mem.load(out, (rows,))
+            li, mi = mem.load(ell, (rows,)), mem.load(m, (rows,))
+            sij = mem.scratch((qi.shape[0], kj.shape[0]))
+            m_new, l_new = mem.scratch(li.shape), mem.scratch(li.shape)
+            if mem.compute:
+                np.matmul(qi, kj.T, out=sij)
+                sij *= scale
+                m_tile = sij.max(axis=1, keepdims=True)
+                np.exp(sij - m_tile, out=sij)  # P~ = exp(S - m~) and its row sums
+                np.maximum(mi, m_tile, out=m_new)
+                a_old, a_tile = np.exp(mi - m_new), np.exp(m_tile - m_new)
+                l_new[...] = a_old * li + a_tile * sij.sum(axis=1, keepdims=True)
+                oi[...] = (li * a_old * oi + a_tile * (sij @ vj)) / l_new  # normalised again
+                li[...], mi[...] = l_new, m_new
+            mem.store(out, (rows,), oi)
+            mem.store(ell, (rows,), li)
+            mem.store(m, (rows,), mi)
+            mem.free(qi, oi, li, mi, sij, m_new, l_new)
+        mem.free(kj, vj)
+    return out
+
+
+def loops_flash2(mem, q, k, v, outer, inner, scale):
+    """FlashAttention-2 (arXiv:2307.08691, Section 3.1): query blocks outermost; the unnormalised
+    accumulator and the statistics stay in fast memory; the output and the log-sum-exp are
+    written once."""
+    n, d = q.shape
+    out, lse = mem.slow((n, d)), mem.slow((n, 1))
+    for i0 in range(0, n, outer):
+        rows = slice(i0, min(i0 + outer, n))
+        qi = mem.load(q, (rows,))
+        b = qi.shape[0]
+        acc, m, ell, m_new = mem.scratch((b, d)), mem.scratch((b, 1), -np.inf), mem.scratch((b, 1)), mem.scratch((b, 1))
+        for j0 in range(0, n, inner):
+            cols = slice(j0, min(j0 + inner, n))
+            kj, vj = mem.load(k, (cols,)), mem.load(v, (cols,))
+            sij = mem.scratch((b, kj.shape[0]))
+            if mem.compute:
+                np.matmul(qi, kj.T, out=sij)
+                sij *= scale
+                np.maximum(m, sij.max(axis=1, keepdims=True), out=m_new)
+                alpha = np.exp(m - m_new)
+                np.exp(sij - m_new, out=sij)
+                ell *= alpha
+                ell += sij.sum(axis=1, keepdims=True)
+                acc *= alpha
+                acc += sij @ vj
+                m[...] = m_new
+            mem.free(kj, vj, sij)
+        if mem.compute:
+            acc /= ell  # normalised once, at the end
+            ell[...] = m + np.log(ell)
+        mem.store(out, (rows,), acc)
+        mem.store(lse, (rows,), ell)
+        mem.free(qi, acc, m, ell, m_new)
+    return out
+
+
+def attention_io(q, k, v, fast_size: int, algorithm: str, *, compute: bool = True) -> TrafficCount:
+    """Run one head of attention against a fast memory of ``fast_size`` numbers and count the traffic.
+
+    Parameters
+    ----------
+    q, k, v : (n, d) arrays, or ``(n, d)`` as a tuple of two ints with ``compute=False``
+    fast_size : int
+        M, the numbers the fast memory holds. Blocks come from :func:`io_block_sizes`.
+    algorithm : ``"standard"`` (writes S and P to slow memory), ``"flash1"`` (key/value blocks
+        outermost, output rescaled in slow memory per block) or ``"flash2"`` (query blocks
+        outermost, unnormalised accumulator in fast memory).
+    compute : bool
+        Also compute the output (scale ``1/sqrt(d)``). With ``False`` only the loops and the
+        counters run, on shapes.
+
+    Returns
+    -------
+    TrafficCount with the numbers read from and written to slow memory, the most numbers ever
+    held in fast memory, the block sizes and the output (``None`` without ``compute``).
+    """
+    if algorithm not in IO_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {IO_ALGORITHMS}, received {algorithm!r}")
+    mem = TwoLevelMemory(fast_size, compute=compute)
+    if compute:
+        q, k, v = check_qkv(q, k, v)
+        if q.ndim != 2 or q.shape != k.shape or k.shape != v.shape:
+            raise ValueError(f"q, k, v must all be (n, d), received {q.shape}, {k.shape}, {v.shape}")
+        n, d = q.shape
+    else:
+        if len(q) != 2:
+            raise ValueError(f"with compute=False pass q as the shape (n, d), received {q!r}")
+        n, d = positive_int("n", q[0]), positive_int("d", q[1])
+        q = k = v = mem.slow((n, d))
+    outer, inner = io_block_sizes(algorithm, fast_size, d)
+    run = {"standard": loops_standard, "flash1": loops_flash1, "flash2": loops_flash2}[algorithm]
+    out = run(mem, q, k, v, outer, inner, default_scale(d))
+    if mem.held != 0:
+        raise RuntimeError(f"{algorithm}: {mem.held} numbers left in fast memory")  # a bookkeeping bug
+    return TrafficCount(algorithm, mem.reads, mem.writes, mem.peak, outer, inner, out if compute else None)
+
+
+def count_attention_io(n: int, d: int, fast_size: int, algorithm: str) -> TrafficCount:
+    """:func:`attention_io` on shapes only: the same loops and counters, no arithmetic (fast for long ``n``)."""
+    return attention_io((n, d), None, None, fast_size, algorithm, compute=False)
+
+
+__all__ = [
+    "blocked_attention",
+    "count_attention_io",
+    "BlockedAttentionStats",
+    "TwoLevelMemory",
+    "TrafficCount",
+    "attention_io",
+    "io_block_sizes",
+    "fast_words",
+]
