@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .softmax import softmax_inplace, softmax_jacobian
+from .softmax import softmax_inplace
 from .validation import as_float_array, check_axis_size, check_same_leading, positive_int, positive_scalar
 
 
@@ -143,13 +143,26 @@ def attention_query_jacobian(q, k, v, scale: float | None = None) -> np.ndarray:
     """Jacobian ``∂o/∂q`` of one attention output with respect to its query.
 
     With ``p = softmax(s K q)`` and ``o = Vᵀ p`` the chain rule gives
-    ``∂o/∂q = s · Vᵀ (diag(p) − p pᵀ) K``. For ``V = K`` this is ``s`` times the
-    covariance matrix of the keys under ``p``.
+    ``∂o/∂q = s · Vᵀ (diag(p) − p pᵀ) K = s · Cov_p(v, k)``, the covariance under ``p`` of a
+    key's value and the key. For ``V = K`` this is ``s`` times the covariance matrix of the keys.
+
+    It is evaluated as a covariance centred on the most-attended key ``w``:
+    ``Σ_j p_j (v_j − v_w)(k_j − k_w)ᵀ − (o − v_w)(k̄ − k_w)ᵀ``. Every term carries a weight
+    ``p_j`` of a key ``j ≠ w`` (the ``j = w`` term is exactly zero), so the result keeps its
+    relative accuracy when ``p`` is within rounding of one-hot. (``diag(p) − p pᵀ`` formed
+    from ``p`` would lose the entry ``p_w (1 − p_w)`` there: ``1 − p_w`` rounds to 0.)
 
     q : (..., d_k), k : (..., n_k, d_k), v : (..., n_k, d_v) → (..., d_v, d_k)
     """
     q = as_float_array("q", q, min_ndim=1)
-    out, p = scaled_dot_product_attention(q[..., None, :], k, v, scale=scale)
+    _, p = scaled_dot_product_attention(q[..., None, :], k, v, scale=scale)
     s = default_scale(q.shape[-1]) if scale is None else float(scale)
-    jac = softmax_jacobian(p[..., 0, :])
-    return s * np.swapaxes(v, -1, -2) @ jac @ k
+    p = p[..., 0, :]  # (..., n_k)
+    k, v = np.asarray(k, dtype=p.dtype), np.asarray(v, dtype=p.dtype)
+    top = np.argmax(p, axis=-1)[..., None, None]  # the most-attended key w
+    dk = k - np.take_along_axis(k, top, axis=-2)  # k_j − k_w; row w is exactly 0
+    dv = v - np.take_along_axis(v, top, axis=-2)  # v_j − v_w
+    mean_dk = np.einsum("...j,...jd->...d", p, dk)  # k̄ − k_w
+    mean_dv = np.einsum("...j,...je->...e", p, dv)  # o − v_w
+    cov = np.swapaxes(dv * p[..., None], -1, -2) @ dk - mean_dv[..., :, None] * mean_dk[..., None, :]
+    return s * cov

@@ -268,6 +268,23 @@ def test_query_jacobian_with_v_equal_k_is_scaled_key_covariance():
     assert np.linalg.eigvalsh(J).min() >= -1e-14
 
 
+@pytest.mark.parametrize("gap", [5.0, 40.0, 95.0, 600.0])
+def test_query_jacobian_keeps_relative_accuracy_near_one_hot(gap):
+    """Two keys whose logits differ by ``gap``: ∂o/∂q = s p₁p₂ (v₁ − v₂)(k₁ − k₂)ᵀ exactly, with
+    p₁p₂ = t/(1 + t)², t = e^{−gap}. For gap ≥ 40, 1 − p₁ rounds to 0 in float64, so a Jacobian
+    built from p as diag(p) − ppᵀ is wrong there by 100% (its entry p₁(1 − p₁) is 0)."""
+    rng = np.random.default_rng(23)
+    d_k, d_v, s = 4, 3, 0.5
+    k = rng.normal(size=(2, d_k))
+    v = rng.normal(size=(2, d_v))
+    dk = k[0] - k[1]
+    q = dk * gap / (s * dk @ dk)  # s q·(k₁ − k₂) = gap
+    gap_exact = s * q @ dk
+    t = math.exp(-gap_exact)
+    exact = s * t / (1 + t) ** 2 * np.outer(v[0] - v[1], dk)
+    np.testing.assert_allclose(attention_query_jacobian(q, k, v, scale=s), exact, rtol=1e-12, atol=0)
+
+
 # ---------------------------------------------------------------- properties
 
 small = st.floats(-3, 3, allow_nan=False, allow_infinity=False)
