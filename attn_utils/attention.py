@@ -94,16 +94,16 @@ def _overflow_message(dtype) -> str:
     )
 
 
-def _scores(q: np.ndarray, k: np.ndarray, scale: float | None) -> np.ndarray:
+def _scores(q: np.ndarray, k: np.ndarray, scale: float | None, matmul=np.matmul) -> np.ndarray:
     """:func:`attention_scores` for arrays that are already checked."""
     scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
     # Scaling q (n_q·d_k numbers) is cheaper than scaling the (n_q, n_k) product. An overflow
     # is not warned about here: scaled_dot_product_attention reports it as an error.
     with np.errstate(over="ignore"):
-        return (q * np.asarray(scale, dtype=q.dtype)) @ np.swapaxes(k, -1, -2)
+        return matmul(q * np.asarray(scale, dtype=q.dtype), np.swapaxes(k, -1, -2))
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None):
+def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=np.matmul):
     """``softmax(scale · q kᵀ) v``, with an optional boolean mask.
 
     Parameters
@@ -118,6 +118,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None)
         output (documented policy: it attends to nothing); so does every query when ``n_k = 0``.
     scale : float > 0, optional
         Defaults to ``1/sqrt(d_k)`` (per-head key size, not d_model).
+    matmul : callable, optional
+        What multiplies ``q kᵀ`` and ``weights v`` (numpy's ``matmul`` by default). The book's
+        layers pass a counting one to measure the multiply-adds the two products execute.
 
     Returns
     -------
@@ -131,12 +134,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None)
     q, k, v = check_qkv(q, k, v)
     if mask is not None:
         mask = check_mask(mask, (*q.shape[:-1], k.shape[-2]))
-    scores = _scores(q, k, scale)  # (..., n_q, n_k)
+    scores = _scores(q, k, scale, matmul)  # (..., n_q, n_k)
     try:
         weights = softmax_inplace(scores, mask=mask)  # scores is ours to overwrite
     except FloatingPointError:
         raise ValueError(_overflow_message(scores.dtype)) from None
-    return weights @ v, weights
+    return matmul(weights, v), weights
 
 
 def attention_query_jacobian(q, k, v, scale: float | None = None) -> np.ndarray:

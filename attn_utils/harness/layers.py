@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..attention import check_mask, check_qkv, default_scale
+from ..attention import scaled_dot_product_attention
 from ..book.measuring import counted_matmul
 from ..multihead import merge_heads, split_heads
-from ..softmax import softmax_inplace
 from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
 
@@ -49,9 +48,9 @@ def self_attention_layer(x, params: dict | None = None, h: int = 1, mask=None, *
     :func:`~attn_utils.multihead.init_mha_params`; mask : bool (n, n), ``True`` = may attend.
     ``projections=False`` runs the core only (``Q = K = V = x``, no ``W_o``; ``params`` ignored).
 
-    Returns ``(output (..., n, d_out), weights (..., h, n, n))``. The core is the computation of
-    :func:`~attn_utils.attention.scaled_dot_product_attention` (equal to it, tested), with its two
-    products ``Q Kᵀ`` and ``A V`` run through :func:`counted_matmul` like the projections, so a
+    Returns ``(output (..., n, d_out), weights (..., h, n, n))``. The core is
+    :func:`~attn_utils.attention.scaled_dot_product_attention`, with its two products ``Q Kᵀ``
+    and ``A V`` run through :func:`counted_matmul` like the projections, so a
     counter sees what was executed: ``2·n²·d`` multiply-adds whether or not a mask zeroes some
     weights, because the dense products are computed either way.
     """
@@ -67,18 +66,9 @@ def self_attention_layer(x, params: dict | None = None, h: int = 1, mask=None, *
         q, k, v = (counted_matmul(x, params[name]) for name in ("W_q", "W_k", "W_v"))
     else:
         q = k = v = x
-    qh, kh, vh = check_qkv(split_heads(q, h), split_heads(k, h), split_heads(v, h))
-    if mask is not None:
-        mask = check_mask(mask, (*qh.shape[:-1], kh.shape[-2]))
-    # scaled_dot_product_attention's three lines, with both products counted as they run
-    scale = np.asarray(default_scale(qh.shape[-1]), dtype=qh.dtype)
-    with np.errstate(over="ignore"):  # an overflow is reported below as an error, not warned about
-        scores = counted_matmul(qh * scale, np.swapaxes(kh, -1, -2))  # Q Kᵀ
-    try:
-        weights = softmax_inplace(scores, mask=mask)  # scores is ours to overwrite
-    except FloatingPointError:
-        raise ValueError(f"scale·q·kᵀ overflowed {scores.dtype} although x is finite: scale x down") from None
-    heads = counted_matmul(weights, vh)  # A V
+    heads, weights = scaled_dot_product_attention(
+        split_heads(q, h), split_heads(k, h), split_heads(v, h), mask, matmul=counted_matmul
+    )  # Q Kᵀ and A V counted as they run
     out = merge_heads(heads)
     return (counted_matmul(out, params["W_o"]) if projections else out), weights
 
