@@ -6,7 +6,7 @@ The package is laid out in layers; each imports only from the layers below it::
       validation.py        argument checks with messages that name the argument (the bottom layer)
       softmax.py           softmax, log-softmax, entropy, the softmax Jacobian      ┐ the core: read
       attention.py         scaled dot-product attention, masks, the query Jacobian   │ these first; each
-      multihead.py         split/merge heads, MHAParams, multi-head attention        ┘ sits next to its formula
+      multihead.py         split/merge heads, MHAParams, multi-head and grouped-query ┘ sits next to its formula
       book/                what the pages need: checks, plotting, glue, measuring (costs, time, memory)
       harness/             toy tasks, three sequence layers, the training loop (one loop, one Adam)
       experiments/         one module per chapter that needs one: ch02_saturation … ch12_blocked
@@ -42,7 +42,15 @@ from .book.checks import (
 from .book.glue import glue_number, glue_text
 from .book.measuring import count_macs, loglog_slope, min_seconds, numerical_jacobian, running_mean, traced_peak_memory
 from .book.plotting import PALETTE, attention_heatmap, figure, use_book_style
-from .multihead import MHAParams, init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
+from .multihead import (
+    MHAParams,
+    grouped_attention,
+    init_mha_params,
+    merge_heads,
+    mha_param_count,
+    multi_head_attention,
+    split_heads,
+)
 from .softmax import (
     entropy,
     jacobian_frobenius_sq,
@@ -75,6 +83,7 @@ __all__ = [
     "init_mha_params",
     "mha_param_count",
     "multi_head_attention",
+    "grouped_attention",
     # book: checks, glue, plotting, measuring
     "check",
     "check_allclose",

@@ -8,7 +8,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from attn_utils import causal_mask, init_mha_params, merge_heads, mha_param_count, multi_head_attention, split_heads
+from attn_utils import (
+    causal_mask,
+    init_mha_params,
+    merge_heads,
+    mha_param_count,
+    multi_head_attention,
+    scaled_dot_product_attention,
+    split_heads,
+)
+from attn_utils.multihead import group_size, grouped_attention
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -197,3 +206,120 @@ def test_param_count_validates_like_init():
     with pytest.raises(TypeError, match="h must be an integer, received float"):
         mha_param_count(8, 2.0)
     assert type(mha_param_count(8, 2)) is int
+
+
+# ---------------------------------------------------------------- grouped K/V heads (MQA / GQA)
+
+
+def repeat_kv_params(params, h, h_kv):
+    """Ordinary multi-head parameters whose key/value heads are the grouped ones repeated g times."""
+    g = h // h_kv
+    d_k = params["W_q"].shape[1] // h
+    d_v = params["W_v"].shape[1] // h_kv
+
+    def repeat(w, d):  # (d_model, h_kv·d) → (d_model, h·d), head j copied to heads j·g … j·g + g − 1
+        return np.repeat(w.reshape(w.shape[0], h_kv, d), g, axis=1).reshape(w.shape[0], h * d)
+
+    return {
+        "W_q": params["W_q"],
+        "W_k": repeat(params["W_k"], d_k),
+        "W_v": repeat(params["W_v"], d_v),
+        "W_o": params["W_o"],
+    }
+
+
+@pytest.mark.parametrize("h,h_kv", [(8, 8), (8, 4), (8, 2), (8, 1), (6, 3), (4, 1)])
+def test_grouped_mha_equals_mha_with_repeated_kv(h, h_kv):
+    rng = np.random.default_rng(40)
+    d_model = 24
+    params = init_mha_params(rng, d_model, h, h_kv=h_kv)
+    assert params["W_k"].shape == (d_model, h_kv * (d_model // h)) and params.h_kv == h_kv
+    x_q, x_kv = rng.normal(size=(2, 5, d_model)), rng.normal(size=(2, 7, d_model))
+    mask = causal_mask(5, 7)
+    out, w = multi_head_attention(x_q, x_kv, params, mask=mask)
+    ref_out, ref_w = multi_head_attention(x_q, x_kv, repeat_kv_params(params, h, h_kv), h, mask=mask)
+    assert out.shape == (2, 5, d_model) and w.shape == (2, h, 5, 7)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-12)
+    # and against the explicit loop over heads on the repeated parameters (textbook softmax)
+    for b in range(2):
+        lo, lw = loop_over_heads(x_q[b], x_kv[b], repeat_kv_params(params, h, h_kv), h, mask=mask)
+        np.testing.assert_allclose(out[b], lo, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(w[b], lw, rtol=0, atol=1e-12)
+
+
+def test_grouped_attention_equals_repeating_k_and_v():
+    rng = np.random.default_rng(41)
+    h, h_kv, n_q, n_k, d_k, d_v = 6, 2, 3, 5, 4, 3
+    q = rng.normal(size=(2, h, n_q, d_k))
+    k, v = rng.normal(size=(2, h_kv, n_k, d_k)), rng.normal(size=(2, h_kv, n_k, d_v))
+    pad = np.ones((2, 1, 1, n_k), bool)
+    pad[1, ..., -2:] = False  # key padding of the second sequence
+    for mask in (None, causal_mask(n_q, n_k), pad, rng.random((h, n_q, n_k)) < 0.7):
+        out, w = grouped_attention(q, k, v, mask=mask, scale=0.7)
+        ref = scaled_dot_product_attention(q, np.repeat(k, 3, axis=-3), np.repeat(v, 3, axis=-3), mask=mask, scale=0.7)
+        np.testing.assert_allclose(out, ref[0], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(w, ref[1], rtol=0, atol=1e-12)
+    # query head i uses key/value head i // g
+    out, _ = grouped_attention(q, k, v)
+    for i in range(h):
+        np.testing.assert_allclose(
+            out[:, i], scaled_dot_product_attention(q[:, i], k[:, i // 3], v[:, i // 3])[0], rtol=0, atol=1e-12
+        )
+
+
+@PROPS
+@given(
+    st.integers(1, 4), st.integers(1, 3), st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**32 - 1), st.booleans()
+)
+def test_prop_grouped_equals_repeated(h_kv, g, d_head, n, seed, causal):
+    h = h_kv * g
+    rng = np.random.default_rng(seed)
+    params = init_mha_params(rng, h * d_head, h, h_kv=h_kv)
+    x = rng.normal(size=(n, h * d_head))
+    mask = causal_mask(n) if causal else None
+    out, w = multi_head_attention(x, x, params, mask=mask)
+    ref_out, ref_w = loop_over_heads(x, x, repeat_kv_params(params, h, h_kv), h, mask=mask)
+    np.testing.assert_allclose(out, ref_out, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w, ref_w, rtol=0, atol=1e-12)
+
+
+def test_grouped_param_count_and_errors():
+    rng = np.random.default_rng(42)
+    for h_kv in (8, 4, 1):
+        p = init_mha_params(rng, 32, 8, h_kv=h_kv)
+        assert mha_param_count(32, 8, h_kv=h_kv) == sum(w.size for w in p.values())
+    assert mha_param_count(32, 8, h_kv=1) == 2 * 32 * 32 + 2 * 32 * 4
+    assert "h_kv=2" in repr(init_mha_params(rng, 8, 4, h_kv=2)) and "h_kv" not in repr(init_mha_params(rng, 8, 4))
+    with pytest.raises(ValueError, match="h=8 must be a multiple of h_kv=3"):
+        init_mha_params(rng, 32, 8, h_kv=3)
+    with pytest.raises(ValueError, match="h=8 must be a multiple of h_kv=3"):
+        mha_param_count(32, 8, h_kv=3)
+    with pytest.raises(ValueError, match="h=6 must be a multiple of h_kv=4"):
+        group_size(6, 4)
+    assert group_size(6, None) == 1 and group_size(6, 2) == 3
+    p = init_mha_params(rng, 16, 4, h_kv=2)
+    x = rng.normal(size=(3, 16))
+    with pytest.raises(ValueError, match="h_kv must be the key/value head count the parameters were made for"):
+        multi_head_attention(x, x, p, h_kv=4)
+    plain = dict(p)
+    with pytest.raises(ValueError, match="W_k must have h_kv·d_k = 4·4 = 16 columns"):
+        multi_head_attention(x, x, plain, 4)  # h_kv defaults to h for a plain dict
+    np.testing.assert_array_equal(multi_head_attention(x, x, plain, 4, h_kv=2)[0], multi_head_attention(x, x, p)[0])
+    with pytest.raises(ValueError, match="h=4 must be a multiple of h_kv=3"):
+        multi_head_attention(x, x, plain, 4, h_kv=3)
+    q = rng.normal(size=(4, 2, 3))
+    with pytest.raises(ValueError, match="h must be a multiple of h_kv"):
+        grouped_attention(q, rng.normal(size=(3, 2, 3)), rng.normal(size=(3, 2, 3)))
+    with pytest.raises(ValueError, match="v must have h_kv=2 heads"):
+        grouped_attention(q, rng.normal(size=(2, 2, 3)), rng.normal(size=(1, 2, 3)))
+
+
+def test_h_kv_equal_h_keeps_the_old_draws():
+    # h_kv = h (the default) must reproduce the weights and outputs of the ungrouped API exactly
+    a = init_mha_params(np.random.default_rng(43), 12, 4)
+    b = init_mha_params(np.random.default_rng(43), 12, 4, h_kv=4)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    x = np.random.default_rng(44).normal(size=(5, 12))
+    np.testing.assert_array_equal(multi_head_attention(x, x, a)[0], multi_head_attention(x, x, b, 4, h_kv=4)[0])

@@ -1,0 +1,145 @@
+"""Unit tests for attn_utils.experiments.ch15_inference (chapter 15)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from attn_utils import init_mha_params, multi_head_attention
+from attn_utils.experiments import ch15_inference as ex
+
+
+def tiny(h=4, h_kv=2, mlp=3, vocab=20, d_ff=48, n_layers=2):
+    return ex.TransformerConfig("tiny", n_layers, 32, h, h_kv, 8, d_ff=d_ff, vocab=vocab, mlp_matrices=mlp)
+
+
+def test_published_configurations():
+    c = ex.CONFIGS
+    assert c["transformer-base"].kv_numbers_per_token() == 2 * 6 * 512
+    assert c["llama-2-7b"].kv_bytes(1, 2) == 512 * 1024  # 0.5 MiB per token in 16-bit
+    assert c["llama-2-70b"].kv_bytes(1, 2) == 320 * 1024
+    assert c["mistral-7b"].kv_bytes(1, 2) == 128 * 1024
+    # parameter counts of the released checkpoints (sum of the tensor sizes)
+    assert c["llama-2-7b"].param_count() == 6_738_415_616
+    assert c["llama-2-70b"].param_count() == 68_976_648_192
+    assert c["mistral-7b"].param_count() == 7_241_732_096
+    with pytest.raises(ValueError, match="param_count needs d_ff and vocab"):
+        c["transformer-base"].param_count()
+
+
+def test_config_validation_and_kv_heads():
+    with pytest.raises(ValueError, match="h=8 must be a multiple of h_kv=3"):
+        ex.TransformerConfig("bad", 2, 16, 8, 3, 2)
+    cfg = tiny(h=8, h_kv=8)
+    assert cfg.with_kv_heads(2).kv_numbers_per_token() * 4 == cfg.kv_numbers_per_token()
+    assert cfg.with_kv_heads(1).g == 8
+
+
+@pytest.mark.parametrize("mlp,vocab,d_ff", [(3, 20, 48), (2, 0, 40), (2, 11, 0)])
+@pytest.mark.parametrize("h,h_kv", [(4, 4), (4, 2), (4, 1)])
+def test_counted_traffic_equals_step_cost(mlp, vocab, d_ff, h, h_kv):
+    rng = np.random.default_rng(150)
+    cfg = tiny(h=h, h_kv=h_kv, mlp=mlp, vocab=vocab, d_ff=d_ff)
+    model = ex.init_stand_in(rng, cfg)
+    cache = ex.GroupedKVCache(cfg.n_layers)
+    for B, m, n_prev in ((3, 5, 0), (3, 1, 5), (3, 2, 6)):
+        t = ex.Traffic()
+        ex.run_positions(model, rng.normal(size=(B, m, cfg.d_model)), cache, t)
+        want = ex.step_cost(cfg, B, m, n_prev)
+        got = dataclasses.asdict(t)
+        for key in got:
+            assert got[key] == want[key], key
+        assert t.bytes == want["bytes"] and t.intensity == pytest.approx(want["intensity"], rel=1e-15)
+    assert cache.length == 8 and cache.nbytes == cfg.kv_bytes(8, 2, batch=3)
+
+
+def test_cache_dtype_and_tied_layers():
+    rng = np.random.default_rng(151)
+    cfg = tiny(n_layers=5)
+    for dtype, b in ((np.float16, 2), (np.float32, 4)):
+        model = ex.init_stand_in(rng, cfg, dtype=dtype, tie_layers=True)
+        assert all(layer is model.layers[0] for layer in model.layers)
+        cache = ex.GroupedKVCache(cfg.n_layers)
+        ex.run_positions(model, rng.normal(size=(2, 3, 32)), cache)
+        assert cache.nbytes == cfg.kv_bytes(3, b, batch=2)
+    with pytest.raises(ValueError, match=r"x_new must have shape \(B, m, d_model=32\)"):
+        ex.run_positions(model, rng.normal(size=(3, 32)), cache)
+
+
+def test_cached_decoding_equals_one_pass():
+    # the stand-in is a causal decoder: prefill + decode steps give the logits of one longer pass
+    rng = np.random.default_rng(152)
+    cfg = tiny()
+    model = ex.init_stand_in(rng, cfg, dtype=np.float32)
+    x = rng.normal(size=(2, 6, 32))
+    for n in range(1, 7):
+        full = ex.run_positions(model, x[:, :n], ex.GroupedKVCache(cfg.n_layers))
+        stepped = ex.GroupedKVCache(cfg.n_layers)
+        ex.run_positions(model, x[:, : n - 1], stepped) if n > 1 else None
+        last = ex.run_positions(model, x[:, n - 1 : n], stepped)
+        np.testing.assert_allclose(last, full, rtol=0, atol=1e-4)
+
+
+def test_stand_in_attention_is_multi_head_attention_with_grouped_kv():
+    # one layer without MLP: the attention update equals au.multi_head_attention with h_kv
+    rng = np.random.default_rng(153)
+    cfg = ex.TransformerConfig("one", 1, 16, 4, 2, 4)
+    model = ex.init_stand_in(rng, cfg, dtype=np.float64)
+    x = rng.normal(size=(1, 5, 16))
+    out = ex.run_positions(model, x, ex.GroupedKVCache(1))
+    params = {k: v.astype(float) for k, v in model.layers[0].items()}
+    a = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
+    from attn_utils import causal_mask
+
+    mha, _ = multi_head_attention(a, a, params, 4, mask=causal_mask(5), h_kv=2)
+    y = x + mha
+    want = y[:, -1] / np.sqrt(np.mean(y[:, -1] ** 2, axis=-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-4)  # the stand-in computes in float32
+    assert init_mha_params(rng, 16, 4, h_kv=2)["W_k"].shape == model.layers[0]["W_k"].shape
+
+
+def test_roofline_and_max_batch():
+    hw = ex.A100_SXM_80GB
+    assert ex.ridge_point(hw) == pytest.approx(312 / 2.039)
+    np.testing.assert_allclose(ex.attainable_flops([1.0, 1e6], hw), [2.039e12, 312e12])
+    c = ex.CONFIGS["llama-2-7b"]
+    b = ex.max_batch(c, 4096, hw["memory"])
+    assert (
+        c.kv_bytes(4096, 2, b) + 2 * c.param_count() <= hw["memory"] < c.kv_bytes(4096, 2, b + 1) + 2 * c.param_count()
+    )
+    assert ex.max_batch(c, 4096, 1e9) == 0
+
+
+def test_decode_intensity_limits():
+    # attention alone: 2g/b FLOPs per cache byte whatever the batch; weights: 2B/b per weight byte
+    cfg = ex.CONFIGS["llama-2-70b"]
+    for B in (1, 8, 64):
+        s = ex.step_cost(cfg, B, 1, 4095)
+        assert 2 * s["attn_macs"] / s["cache_bytes"] == cfg.g
+        assert 2 * (s["macs"] - s["attn_macs"]) / s["weight_bytes"] == B
+
+
+def test_rolling_buffer_equals_sliding_window_mask_and_caps_the_cache():
+    rng = np.random.default_rng(154)
+    cfg = tiny(n_layers=3)
+    model = ex.init_stand_in(rng, cfg, dtype=np.float32)
+    W = 4
+    rolling, full = ex.GroupedKVCache(3, window=W), ex.GroupedKVCache(3, window=W, rolling=False)
+    plain = ex.GroupedKVCache(3)
+    x = rng.normal(size=(2, 11, 32))
+    for cache in (rolling, full, plain):
+        ex.run_positions(model, x[:, :3], cache)  # prefill shorter than the window
+    for t in range(3, 11):
+        a = ex.run_positions(model, x[:, t : t + 1], rolling)
+        b = ex.run_positions(model, x[:, t : t + 1], full)
+        c = ex.run_positions(model, x[:, t : t + 1], plain)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+        assert rolling.length == min(t + 1, W) and full.length == t + 1
+    assert np.max(np.abs(a - c)) > 1e-3  # the window changes the model once n > W
+    assert rolling.nbytes == cfg.kv_bytes(W, 4, batch=2) and full.nbytes == cfg.kv_bytes(11, 4, batch=2)
+    # a prefill longer than the window
+    r2, f2 = ex.GroupedKVCache(3, window=W), ex.GroupedKVCache(3, window=W, rolling=False)
+    np.testing.assert_allclose(ex.run_positions(model, x, r2), ex.run_positions(model, x, f2), rtol=0, atol=1e-5)
+    assert r2.length == W and r2.start == 11 - W
+    # the next query (position 11) after its key is appended: entries 7 … 11, the oldest now out of the window
+    np.testing.assert_array_equal(r2.mask(1, W + 1), [[False] + [True] * W])
