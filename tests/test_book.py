@@ -233,3 +233,15 @@ def test_wrong_answers_are_self_contained():
     entries = [line for line in (ROOT / "wrong_answers.md").read_text(encoding="utf-8").split("\n- ")[1:]]
     bad = [e.split("**")[1] if "**" in e else e[:60] for e in entries if CONTEXT_WORDS.search(e)]
     assert not bad, f"entries that refer to context outside the catalogue: {bad}"
+
+
+BACKTICK_FENCE_WITH_BACKTICKS = re.compile(r"^`{3,}\{[^}]+\}[^\n]*`", re.M)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_directive_titles_do_not_break_their_fence(path):
+    """CommonMark: a backtick fence's info string may not contain a backtick, so
+    "````{admonition} Code: `f`" is not a directive at all: the title prints as text and the
+    closing fence opens a code block that swallows the rest of the cell. Use a colon fence."""
+    bad = BACKTICK_FENCE_WITH_BACKTICKS.findall(markdown(load(path)))
+    assert not bad, f"use ':::{{admonition}} …' for titles with code: {bad}"
