@@ -6,14 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attn_utils.experiments.ch10_decoding import (
-    FLOP_PARTS,
+    COST_PARTS,
     KVCache,
     decoder_extend,
     decoder_forward,
-    decoding_flops,
+    decoding_macs,
     greedy_generate,
     init_decoder_params,
     kv_cache_values,
+    products_only,
 )
 
 PROPS = settings(max_examples=25, deadline=None, derandomize=True, database=None)
@@ -136,34 +137,34 @@ def test_greedy_can_fill_max_len_exactly():
         greedy_generate(params, np.array([1, 2, 3]), 7)
 
 
-# ---------------------------------------------------------------- FLOP counts
+# ---------------------------------------------------------------- MAC counts
 
 
-def test_counted_flops_match_formula_forward_and_extend():
+def test_counted_macs_match_formula_forward_and_extend():
     params = small(16, d_model=12, h=3, d_ff=20)
     tokens = np.random.default_rng(17).integers(0, params.vocab, (2, 9))
     counter = {}
     decoder_forward(params, tokens, counter=counter)
-    formula = decoding_flops(params, 9, 9, batch=2)
-    assert counter == {k: formula[k] for k in FLOP_PARTS}
+    formula = decoding_macs(params, 9, 9, batch=2)
+    assert counter == {k: formula[k] for k in COST_PARTS}
     cache = KVCache(params, (2,))
     decoder_extend(params, tokens[:, :4], cache)
     counter = {}
     decoder_extend(params, tokens[:, 4:5], cache, counter=counter)
-    formula = decoding_flops(params, 1, 5, batch=2)
-    assert counter == {k: formula[k] for k in FLOP_PARTS}
+    formula = decoding_macs(params, 1, 5, batch=2)
+    assert counter == {k: formula[k] for k in COST_PARTS}
 
 
 def test_formula_by_hand_for_one_configuration():
     params = small(18, d_model=12, h=3, d_ff=20, vocab=11, n_layers=2)  # d_k = d_v = 4
-    f = decoding_flops(params, 1, 10)
-    assert f["projections"] == 2 * 8 * 12 * 12
-    assert f["attention"] == 2 * 4 * 10 * 12
-    assert f["mlp"] == 2 * 4 * 12 * 20
-    assert f["readout"] == 2 * 12 * 11
-    assert f["total"] == sum(f[k] for k in FLOP_PARTS)
+    f = decoding_macs(params, 1, 10)
+    assert f["projections"] == 8 * 12 * 12  # 2 layers × 4 projections of 12 × 12, one position
+    assert f["attention"] == 4 * 10 * 12  # 2 layers × (q kᵀ + p v): 2 × 10 keys × h·d_k = 12
+    assert f["mlp"] == 4 * 12 * 20  # 2 layers × (W_1 and W_2 of 12 × 20)
+    assert f["readout"] == 12 * 11
+    assert f["total"] == sum(f[k] for k in COST_PARTS)
     # attention of a full recompute step grows like n², with the cache like n
-    assert decoding_flops(params, 10, 10)["attention"] == 10 * f["attention"]
+    assert decoding_macs(params, 10, 10)["attention"] == 10 * f["attention"]
 
 
 def test_greedy_counters_sum_the_per_step_formulas():
@@ -172,15 +173,41 @@ def test_greedy_counters_sum_the_per_step_formulas():
     c_cache, c_full = {}, {}
     greedy_generate(params, prompt, 6, counter=c_cache)
     greedy_generate(params, prompt, 6, use_cache=False, counter=c_full)
-    want_cache = decoding_flops(params, 3, 3)
-    want_full = decoding_flops(params, 3, 3)
+    want_cache = decoding_macs(params, 3, 3)
+    want_full = decoding_macs(params, 3, 3)
     for n in range(4, 9):
         for want, m in ((want_cache, 1), (want_full, n)):
-            step = decoding_flops(params, m, n)
-            for k in FLOP_PARTS:
+            step = decoding_macs(params, m, n)
+            for k in COST_PARTS:
                 want[k] += step[k]
-    assert c_cache == {k: want_cache[k] for k in FLOP_PARTS}
-    assert c_full == {k: want_full[k] for k in FLOP_PARTS}
+    assert c_cache == {k: want_cache[k] for k in COST_PARTS}
+    assert c_full == {k: want_full[k] for k in COST_PARTS}
+
+
+def test_products_only_counts_what_the_decoder_counts():
+    params = small(22)
+    steps = [(3, 3), (1, 4), (1, 5)]
+    run, macs = products_only(params, steps, np.random.default_rng(23))
+    assert macs == sum(decoding_macs(params, m, n)["total"] for m, n in steps)
+    # the same schedule run by the decoder itself (a prefill of 3, then two steps)
+    counter = {}
+    cache = KVCache(params)
+    for a, b in ((0, 3), (3, 4), (4, 5)):
+        decoder_extend(params, np.arange(a, b), cache, counter=counter)
+    assert macs == sum(counter.values())
+    assert run() is None
+
+
+def test_a_cached_step_does_one_mac_per_weight_and_per_cached_number():
+    params = small(24)
+    cache = KVCache(params)
+    decoder_extend(params, np.arange(6) % params.vocab, cache)
+    counter = {}
+    decoder_extend(params, np.array([1]), cache, counter=counter)
+    matrices = ("W_q", "W_k", "W_v", "W_o", "W_1", "W_2")
+    weights = sum(layer[w].size for layer in params.layers for w in matrices) + params.W_out.size
+    cached = sum(a[..., : cache.length, :].size for a in (*cache.keys, *cache.values))
+    assert sum(counter.values()) == weights + cached
 
 
 # ---------------------------------------------------------------- cache size
@@ -222,7 +249,9 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="capacity must be <= max_len=24"):
         KVCache(params, capacity=25)
     with pytest.raises(ValueError, match=r"n \(keys\) must be >= m"):
-        decoding_flops(params, 5, 4)
+        decoding_macs(params, 5, 4)
+    with pytest.raises(ValueError, match=r"n \(keys\) must be >= m"):
+        products_only(params, [(2, 1)], np.random.default_rng(0))
     with pytest.raises(ValueError, match="n_new must be >= 1"):
         greedy_generate(params, np.array([1]), 0)
     with pytest.raises(ValueError, match="d_model=10 must be divisible by h=3"):

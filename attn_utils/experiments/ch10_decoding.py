@@ -17,13 +17,15 @@ any leading batch axes), logits ``(..., n, vocab)``; cached keys and values
 * :func:`decoder_extend` — process ``m ≥ 1`` new positions against a :class:`KVCache`, appending
   their keys and values; ``m = 1`` is one decoding step, ``m = len(prompt)`` a prefill.
 * :func:`greedy_generate` — greedy decoding, with the cache or by recomputing from scratch.
-* :func:`decoding_flops` — matmul FLOPs of processing ``m`` positions against ``n`` keys;
-  the functions above can tally the FLOPs they actually perform into a ``counter`` dict.
+* :func:`decoding_macs` — matmul multiply-adds of processing ``m`` positions against ``n`` keys;
+  the functions above can tally the multiply-adds they actually perform into a ``counter`` dict.
+* :func:`products_only` — just the matrix products of a list of steps, on operands of the same
+  shapes, to time them apart from everything else a step does.
 * :func:`kv_cache_values` — how many numbers a KV cache holds.
 
-FLOP convention: one multiply-add = 2 FLOPs; only matrix products are counted (softmax, layer
-norm, additions and the embedding lookup are lower order). Parts: ``"projections"`` (W_q, W_k,
-W_v, W_o), ``"attention"`` (q kᵀ and p v), ``"mlp"``, ``"readout"`` (W_out).
+Cost convention (the book's): multiply-adds (MACs; 1 MAC = 2 FLOPs); only matrix products are
+counted (softmax, layer norm, additions and the embedding lookup are lower order). Parts:
+``"projections"`` (W_q, W_k, W_v, W_o), ``"attention"`` (q kᵀ and p v), ``"mlp"``, ``"readout"`` (W_out).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ..attention import causal_mask, scaled_dot_product_attention
 from ..multihead import init_mha_params, merge_heads, multi_head_attention, split_heads
 from ..validation import nonneg_int, positive_int
 
-FLOP_PARTS = ("projections", "attention", "mlp", "readout")
+COST_PARTS = ("projections", "attention", "mlp", "readout")
 
 
 @dataclass(frozen=True)
@@ -144,20 +146,20 @@ def _check_tokens(name: str, tokens, params: DecoderParams, *, max_len: int | No
     return arr
 
 
-def _tally(counter, part: str, flops: int) -> None:
+def _tally(counter, part: str, macs: int) -> None:
     if counter is not None:
-        counter[part] = counter.get(part, 0) + int(flops)
+        counter[part] = counter.get(part, 0) + int(macs)
 
 
-def _matmul_flops(a: np.ndarray, b: np.ndarray) -> int:
-    """2·(rows of a, all batch axes included)·(shared axis)·(columns of b) for ``a @ b``."""
-    return 2 * math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
+def _matmul_macs(a: np.ndarray, b: np.ndarray) -> int:
+    """Multiply-adds of ``a @ b``: (rows of a, all batch axes included)·(shared axis)·(columns of b)."""
+    return math.prod(a.shape[:-1]) * a.shape[-1] * b.shape[-1]
 
 
 def _tally_projections(counter, a: np.ndarray, merged: np.ndarray, layer) -> None:
-    """FLOPs of the four projections: q, k, v from ``a`` and the output from the merged heads."""
-    flops = sum(_matmul_flops(a, layer[w]) for w in ("W_q", "W_k", "W_v")) + _matmul_flops(merged, layer["W_o"])
-    _tally(counter, "projections", flops)
+    """MACs of the four projections: q, k, v from ``a`` and the output from the merged heads."""
+    macs = sum(_matmul_macs(a, layer[w]) for w in ("W_q", "W_k", "W_v")) + _matmul_macs(merged, layer["W_o"])
+    _tally(counter, "projections", macs)
 
 
 # --------------------------------------------------------------------------- position-wise parts
@@ -171,13 +173,13 @@ def _layer_norm(x, eps: float = 1e-5):
 
 def _mlp(x, layer, counter):
     hidden = np.maximum(x @ layer["W_1"] + layer["b_1"], 0.0)
-    _tally(counter, "mlp", _matmul_flops(x, layer["W_1"]) + _matmul_flops(hidden, layer["W_2"]))
+    _tally(counter, "mlp", _matmul_macs(x, layer["W_1"]) + _matmul_macs(hidden, layer["W_2"]))
     return hidden @ layer["W_2"] + layer["b_2"]
 
 
 def _readout(x, params, counter):
     a = _layer_norm(x)
-    _tally(counter, "readout", _matmul_flops(a, params.W_out))
+    _tally(counter, "readout", _matmul_macs(a, params.W_out))
     return a @ params.W_out
 
 
@@ -190,7 +192,7 @@ def decoder_forward(params: DecoderParams, tokens, *, causal: bool = True, count
     tokens : int (..., n), n ≤ max_len → logits (..., n, vocab).
     ``causal=True`` applies the causal mask (position t sees positions ≤ t); ``causal=False``
     lets every position see every other one (an encoder-style, bidirectional pass).
-    ``counter`` (dict, optional) accumulates the matmul FLOPs performed, by part.
+    ``counter`` (dict, optional) accumulates the matmul multiply-adds performed, by part.
     """
     params = _check_params(params)
     tokens = _check_tokens("tokens", tokens, params)
@@ -202,7 +204,7 @@ def decoder_forward(params: DecoderParams, tokens, *, causal: bool = True, count
         attn, weights = multi_head_attention(a, a, layer, params.h, mask=mask)
         _tally_projections(counter, a, attn, layer)
         # weights (..., h, n_q, n_k): each entry costs d_k multiply-adds in q kᵀ and d_v in p v
-        _tally(counter, "attention", 2 * weights.size * (params.d_k + params.d_v))
+        _tally(counter, "attention", weights.size * (params.d_k + params.d_v))
         x = x + attn
         x = x + _mlp(_layer_norm(x), layer, counter)
     return _readout(x, params, counter)
@@ -274,7 +276,7 @@ def decoder_extend(params: DecoderParams, tokens_new, cache: KVCache, *, counter
         _tally(
             counter,
             "attention",
-            _matmul_flops(q, np.swapaxes(keys, -1, -2)) + 2 * math.prod(q.shape[:-1]) * end * values.shape[-1],
+            _matmul_macs(q, np.swapaxes(keys, -1, -2)) + math.prod(q.shape[:-1]) * end * values.shape[-1],
         )
         x = x + merged @ layer["W_o"]
         x = x + _mlp(_layer_norm(x), layer, counter)
@@ -325,15 +327,15 @@ def greedy_generate(
 # --------------------------------------------------------------------------- cost formulas
 
 
-def decoding_flops(params: DecoderParams, m: int, n: int, *, readout: int | None = None, batch: int = 1) -> dict:
-    """Matmul FLOPs (multiply-add = 2) of pushing ``m`` positions through the decoder whose
-    attention covers ``n`` keys, as :func:`decoder_forward` (``m = n``) and
+def decoding_macs(params: DecoderParams, m: int, n: int, *, readout: int | None = None, batch: int = 1) -> dict:
+    """Matmul multiply-adds (MACs; 1 MAC = 2 FLOPs) of pushing ``m`` positions through the decoder
+    whose attention covers ``n`` keys, as :func:`decoder_forward` (``m = n``) and
     :func:`decoder_extend` (``m`` new positions, ``n`` = cached + new) compute them.
 
-    Per layer: projections ``2m·d·h(2d_k + d_v) + 2m·h·d_v·d``; attention ``2m·n·h(d_k + d_v)``
-    (the full ``m × n`` score block, masked entries included); MLP ``4m·d·d_ff``. Read-out
-    ``2·readout·d·vocab`` with ``readout`` (positions read out) defaulting to ``m``. Everything
-    is multiplied by ``batch``. Returns a dict with the parts of ``FLOP_PARTS`` and ``"total"``.
+    Per layer: projections ``m·d·h(2d_k + d_v) + m·h·d_v·d``; attention ``m·n·h(d_k + d_v)``
+    (the full ``m × n`` score block, masked entries included); MLP ``2m·d·d_ff``. Read-out
+    ``readout·d·vocab`` with ``readout`` (positions read out) defaulting to ``m``. Everything
+    is multiplied by ``batch``. Returns a dict with the parts of ``COST_PARTS`` and ``"total"``.
     """
     params = _check_params(params)
     m, n, batch = positive_int("m", m), positive_int("n", n), positive_int("batch", batch)
@@ -342,14 +344,50 @@ def decoding_flops(params: DecoderParams, m: int, n: int, *, readout: int | None
     readout = m if readout is None else nonneg_int("readout", readout)
     d, h, d_k, d_v, L = params.d_model, params.h, params.d_k, params.d_v, params.n_layers
     parts = {
-        "projections": L * (2 * m * d * h * (2 * d_k + d_v) + 2 * m * h * d_v * d),
-        "attention": L * 2 * m * n * h * (d_k + d_v),
-        "mlp": L * 4 * m * d * params.d_ff,
-        "readout": 2 * readout * d * params.vocab,
+        "projections": L * (m * d * h * (2 * d_k + d_v) + m * h * d_v * d),
+        "attention": L * m * n * h * (d_k + d_v),
+        "mlp": L * 2 * m * d * params.d_ff,
+        "readout": readout * d * params.vocab,
     }
     parts = {k: batch * v for k, v in parts.items()}
     parts["total"] = sum(parts.values())
     return parts
+
+
+def products_only(params: DecoderParams, steps, rng: np.random.Generator):
+    """Just the matrix products of a sequence of decoder steps, to time them apart from the rest.
+
+    steps : iterable of ``(m, n)`` pairs, one per call of :func:`decoder_extend` (``m`` new
+    positions against ``n`` keys; ``(n, n)`` is the parallel pass). Returns ``(run, macs)``:
+    ``run()`` performs, with the decoder's own weight matrices and random operands of the shapes
+    the step would have (batch 1), exactly the products whose MACs :func:`decoding_macs` counts,
+    in the same order and nothing else (no embedding, layer norm, softmax, mask, residual,
+    validation or cache writes); ``macs`` is their multiply-adds, counted from the operands.
+    """
+    params = _check_params(params)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
+    h, d_k, d_v = params.h, params.d_k, params.d_v
+    pairs = []
+    for m, n in steps:
+        m, n = positive_int("m", m), positive_int("n", n)
+        if n < m:
+            raise ValueError(f"n (keys) must be >= m (new positions), received m={m}, n={n}")
+        for layer in params.layers:
+            a = rng.standard_normal((m, params.d_model))
+            pairs += [(a, layer["W_q"]), (a, layer["W_k"]), (a, layer["W_v"])]
+            pairs.append((rng.standard_normal((h, m, d_k)), rng.standard_normal((h, d_k, n))))  # q kᵀ
+            pairs.append((rng.standard_normal((h, m, n)), rng.standard_normal((h, n, d_v))))  # p v
+            pairs.append((rng.standard_normal((m, h * d_v)), layer["W_o"]))
+            pairs += [(a, layer["W_1"]), (rng.standard_normal((m, params.d_ff)), layer["W_2"])]
+        pairs.append((rng.standard_normal((m, params.d_model)), params.W_out))
+    macs = sum(_matmul_macs(a, b) for a, b in pairs)
+
+    def run() -> None:
+        for a, b in pairs:
+            np.matmul(a, b)
+
+    return run, macs
 
 
 def kv_cache_values(n_layers: int, n_ctx: int, h_kv: int, d_k: int, d_v: int | None = None, batch: int = 1) -> int:
@@ -371,13 +409,14 @@ def kv_cache_values(n_layers: int, n_ctx: int, h_kv: int, d_k: int, d_v: int | N
 
 
 __all__ = [
-    "FLOP_PARTS",
+    "COST_PARTS",
     "DecoderParams",
     "init_decoder_params",
     "decoder_forward",
     "KVCache",
     "decoder_extend",
     "greedy_generate",
-    "decoding_flops",
+    "decoding_macs",
+    "products_only",
     "kv_cache_values",
 ]
