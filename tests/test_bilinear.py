@@ -243,6 +243,8 @@ def test_qk_attention_layer_matches_the_library_and_counts_the_saving():
     with count_macs() as sh:
         out_sh, w_sh = qk_attention_layer(x[0], {k: v for k, v in params.items() if k != "W_k"}, h, share_qk=True)
     assert sep.macs - sh.macs == n * d * d and sep.products - sh.products == 1
+    # every product runs through counted_matmul, the core's Q Kᵀ and A V included (none is recorded by formula)
+    assert sep.products == 6 and sep.macs == 4 * n * d * d + 2 * n * n * d
     same = dict(params, W_k=params["W_q"])
     np.testing.assert_allclose(out_sh, qk_attention_layer(x[0], same, h)[0], rtol=1e-12)
     _, w_masked = qk_attention_layer(x[0], same, h, share_qk=True, mask=self_mask(n))
