@@ -32,11 +32,10 @@ import math
 import autograd.numpy as anp
 import numpy as np
 
-from ..attention import causal_mask
+from ..attention import causal_mask, scaled_dot_product_attention
 from ..book.measuring import counted_matmul
 from ..harness.tasks import Task, TaskBatch
 from ..multihead import merge_heads, split_heads
-from ..softmax import softmax
 from ..validation import as_float_array, check_axis_size, int_at_least, positive_int
 
 SELF_PENALTY: float = 1e5
@@ -213,10 +212,9 @@ def qk_attention_layer(x, params: dict, h: int = 1, *, share_qk: bool = False, m
     q = counted_matmul(x, params["W_q"])
     k = q if share_qk else counted_matmul(x, params["W_k"])
     v = counted_matmul(x, params["W_v"])
-    qh, kh, vh = split_heads(q, h), split_heads(k, h), split_heads(v, h)
-    scores = counted_matmul(qh, np.swapaxes(kh, -1, -2)) / math.sqrt(qh.shape[-1])  # Q Kᵀ/√d_k, counted
-    weights = softmax(scores, mask=None if mask is None else np.broadcast_to(mask, scores.shape))
-    heads = counted_matmul(weights, vh)  # A V, counted
+    heads, weights = scaled_dot_product_attention(
+        split_heads(q, h), split_heads(k, h), split_heads(v, h), mask, matmul=counted_matmul
+    )  # Q Kᵀ and A V counted as they run
     return counted_matmul(merge_heads(heads), params["W_o"]), weights
 
 
