@@ -122,7 +122,7 @@ def mha_param_count(
     return d_model * (h + h_kv) * d_k + d_model * (h_kv + h) * d_v
 
 
-def grouped_attention(q, k, v, mask=None, scale: float | None = None):
+def grouped_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=np.matmul):
     """Attention of ``h`` query heads over ``h_kv`` shared key/value heads (MQA/GQA), without copying K/V.
 
     q : (..., h, n_q, d_k); k : (..., h_kv, n_k, d_k); v : (..., h_kv, n_k, d_v), with ``h_kv``
@@ -133,6 +133,8 @@ def grouped_attention(q, k, v, mask=None, scale: float | None = None):
     each key/value head enters one matrix product, once.
 
     mask : bool, broadcastable to (..., h, n_q, n_k), as for multi-head attention.
+    matmul : passed to :func:`~attn_utils.attention.scaled_dot_product_attention` (a counting
+    matmul measures the multiply-adds of the two products).
     Returns ``(output (..., h, n_q, d_v), weights (..., h, n_q, n_k))``.
     """
     q = as_float_array("q", q, min_ndim=3)
@@ -154,7 +156,7 @@ def grouped_attention(q, k, v, mask=None, scale: float | None = None):
         full = (*lead, h, n_q, n_k)
         mask = check_mask(mask, full)
         mask = np.broadcast_to(mask, full).reshape(*lead, h_kv, g * n_q, n_k)
-    out, weights = scaled_dot_product_attention(q_grouped, k, v, mask=mask, scale=scale)
+    out, weights = scaled_dot_product_attention(q_grouped, k, v, mask=mask, scale=scale, matmul=matmul)
     return out.reshape(*lead, h, n_q, v.shape[-1]), weights.reshape(*lead, h, n_q, n_k)
 
 

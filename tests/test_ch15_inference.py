@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from attn_utils import init_mha_params, multi_head_attention
+from attn_utils import causal_mask, grouped_attention, init_mha_params, multi_head_attention
 from attn_utils.experiments import ch15_inference as ex
 
 
@@ -19,7 +19,7 @@ def test_published_configurations():
     assert c["llama-2-7b"].kv_bytes(1, 2) == 512 * 1024  # 0.5 MiB per token in 16-bit
     assert c["llama-2-70b"].kv_bytes(1, 2) == 320 * 1024
     assert c["mistral-7b"].kv_bytes(1, 2) == 128 * 1024
-    # parameter counts of the released checkpoints (sum of the tensor sizes)
+    # parameter counts from the configurations (regression values; within 4% of the names 7B, 70B, 7B)
     assert c["llama-2-7b"].param_count() == 6_738_415_616
     assert c["llama-2-70b"].param_count() == 68_976_648_192
     assert c["mistral-7b"].param_count() == 7_241_732_096
@@ -89,8 +89,6 @@ def test_stand_in_attention_is_multi_head_attention_with_grouped_kv():
     out = ex.run_positions(model, x, ex.GroupedKVCache(1))
     params = {k: v.astype(float) for k, v in model.layers[0].items()}
     a = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
-    from attn_utils import causal_mask
-
     mha, _ = multi_head_attention(a, a, params, 4, mask=causal_mask(5), h_kv=2)
     y = x + mha
     want = y[:, -1] / np.sqrt(np.mean(y[:, -1] ** 2, axis=-1, keepdims=True) + 1e-6)
@@ -143,3 +141,22 @@ def test_rolling_buffer_equals_sliding_window_mask_and_caps_the_cache():
     assert r2.length == W and r2.start == 11 - W
     # the next query (position 11) after its key is appended: entries 7 … 11, the oldest now out of the window
     np.testing.assert_array_equal(r2.mask(1, W + 1), [[False] + [True] * W])
+
+
+@pytest.mark.parametrize("h_kv", [8, 4, 2, 1])
+def test_counted_grouped_attention_equals_the_core_and_counts_executed_products(h_kv):
+    rng = np.random.default_rng(155)
+    B, h, n_q, n_k, d = 2, 8, 3, 7, 5
+    q = rng.normal(size=(B, h, n_q, d))
+    k, v = rng.normal(size=(B, h_kv, n_k, d)), rng.normal(size=(B, h_kv, n_k, d))
+    mask = np.tril(np.ones((n_q, n_k), bool), k=n_k - n_q)  # the last n_q of n_k positions, causal
+    out, macs = ex.counted_grouped_attention(q, k, v, mask=mask)
+    ref, _ = grouped_attention(q, k, v, mask=mask)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-12)
+    rep = np.repeat(k, h // h_kv, axis=-3), np.repeat(v, h // h_kv, axis=-3)
+    np.testing.assert_allclose(out, grouped_attention(q, *rep, mask=mask)[0], rtol=0, atol=1e-12)
+    # q·kᵀ and weights·v over every (query, key) pair of every query head: h_kv does not appear
+    assert macs == B * h * n_q * n_k * 2 * d
+    assert ex.counted_grouped_attention(q, k, v)[1] == macs  # the mask does not change the products
+    with pytest.raises(ValueError, match="must be a multiple of h_kv"):
+        ex.counted_grouped_attention(q, rng.normal(size=(B, 3, n_k, d)), rng.normal(size=(B, 3, n_k, d)))

@@ -14,9 +14,14 @@ Cost model (one "step" processes ``m`` new positions of each of ``B`` sequences 
 ``n_prev`` positions; ``m = 1`` is a decoding step, ``n_prev = 0, m = n`` a prefill): every matrix
 product reads its two operands from memory once and writes its result once; attention is one fused
 operation (as in FlashAttention) that reads q, the cached K and V, and writes its output, so the
-scores never travel to memory. Element-wise work (norms, activation, residual) is assumed fused
-into the products and is not counted. Multiply-adds (MACs) are counted the book's way: a product
+scores never travel to memory. Multiply-adds (MACs) are counted the book's way: a product
 ``(..., p, r) @ (..., r, s)`` is ``size(result)·r`` MACs; 1 MAC = 2 FLOPs.
+
+Counted: the q, k, v and output projections; attention over every cached position (q·k and
+weights·v, all ``m × n`` pairs, the causally masked ones included, as a dense kernel computes
+them); the MLP; the read-out, for the last position of each sequence only. Not counted: the input
+embedding lookup (one row per token, no multiply-adds), norms, softmax, activation, residual
+additions and positional rotations (element-wise, assumed fused into the products).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..book.measuring import count_macs, counted_matmul
 from ..multihead import group_size, grouped_attention, merge_heads, split_heads
 from ..validation import nonneg_int, positive_int
 
@@ -145,7 +151,8 @@ def attainable_flops(intensity, hardware: dict):
 def step_cost(cfg: TransformerConfig, batch: int, m: int, n_prev: int, bytes_per_number: int = 2) -> dict:
     """MACs and bytes moved by one step (module docstring), as formulas of the configuration.
 
-    Returns ``macs`` (all products), ``attn_macs`` (q·k and p·v only), ``weight_bytes``,
+    What is and is not counted: module docstring. Returns ``macs`` (all products), ``attn_macs``
+    (q·k and weights·v only), ``weight_bytes``,
     ``cache_bytes`` (the keys and values attention reads: all ``n_prev + m`` positions),
     ``act_bytes`` (every other operand and result), ``bytes`` (their sum) and ``intensity``
     (FLOPs per byte, ``2·macs / bytes``). The read-out is applied to the last position only.
@@ -305,6 +312,18 @@ def _matmul(t: Traffic | None, a: np.ndarray, w: np.ndarray, dtype) -> np.ndarra
     return out
 
 
+def counted_grouped_attention(q, k, v, mask=None) -> tuple[np.ndarray, int]:
+    """Grouped-query attention (:func:`~attn_utils.multihead.grouped_attention`, the core) and the
+    multiply-adds its two products execute, counted as they run, not from a formula.
+
+    q : (..., h, n_q, d_k); k, v : (..., h_kv, n_k, d_k); mask : bool, broadcastable to
+    (..., h, n_q, n_k). Returns ``(output (..., h, n_q, d_v), macs)``.
+    """
+    with count_macs() as counter:
+        out, _ = grouped_attention(q, k, v, mask, matmul=counted_matmul)
+    return out, counter.macs
+
+
 def _rms(x):
     x = x.astype(np.float32)
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + 1e-6)
@@ -332,16 +351,14 @@ def run_positions(model: StandIn, x_new, cache: GroupedKVCache, traffic: Traffic
         v_new = split_heads(_matmul(traffic, a, p["W_v"], dt), cfg.h_kv).astype(dt)
         k, v = cache.append(l, k_new, v_new)
         n = k.shape[-2]
-        o, _ = grouped_attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
-                                 mask=cache.mask(m, n))  # fmt: skip
+        o, macs = counted_grouped_attention(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32),
+                                            mask=cache.mask(m, n))  # fmt: skip
         o = merge_heads(o).astype(dt)
         if traffic is not None:  # one fused op: reads q and the cached K, V; writes o
-            rows = q.size // q.shape[-1]  # B·h·m query rows, each against n keys: q·k and p·v
-            macs = rows * k.shape[-2] * (q.shape[-1] + v.shape[-1])
-            traffic.macs += macs
+            traffic.macs += macs  # executed by the two products of the attention kernel
             traffic.attn_macs += macs
             traffic.act_bytes += q.nbytes + o.nbytes
-            traffic.cache_bytes += k.nbytes + v.nbytes
+            traffic.cache_bytes += k.nbytes + v.nbytes  # the cache arrays the kernel was given
         x = x + _matmul(traffic, o, p["W_o"], dt).astype(np.float32)
         if cfg.d_ff:
             a = _rms(x).astype(dt)
@@ -374,4 +391,5 @@ __all__ = [
     "init_stand_in",
     "GroupedKVCache",
     "run_positions",
+    "counted_grouped_attention",
 ]
