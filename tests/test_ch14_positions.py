@@ -119,6 +119,42 @@ def test_rope_pairings_differ_by_a_fixed_permutation():
 def test_rope_aligned_mean_closed_form():
     np.testing.assert_allclose(rope_aligned_mean(0, 64), 64.0)
     assert rope_aligned_mean(1000, 64) < rope_aligned_mean(10, 64) < rope_aligned_mean(0, 64)
+    # against the trace of the rotation matrix: E[q·R_Δ k] = tr(R_Δ) when E[k qᵀ] = I
+    for delta in (1.0, 37.0, 5000.0):
+        np.testing.assert_allclose(rope_aligned_mean(delta, 16), np.trace(rope_matrix(delta, 16)), atol=1e-12)
+
+
+def test_rope_with_a_sign_error_is_not_offset_only():
+    """The Toeplitz check of the chapter can fail: keys rotated the wrong way give scores that depend on i + j."""
+    rng = np.random.default_rng(8)
+    n, d = 20, 16
+    q, k = np.broadcast_to(rng.standard_normal((2, 1, d)), (2, n, d))
+    good = rope(q) @ rope(k).T
+    bad = rope(q) @ rope(k, -np.arange(n, dtype=float)).T
+    assert same_offset_spread(good) < 1e-12
+    assert same_offset_spread(bad) > 0.3
+
+
+@PROPS
+@given(st.floats(0.0, 1e4), st.integers(0, 2**31 - 1))
+def test_roformer_bound_holds(delta, seed):
+    """RoFormer section 3.4.3: |q·R_Δ k| ≤ max_c |h_{c+1} − h_c| · Σ_c |S_c| (summation by parts)."""
+    rng = np.random.default_rng(seed)
+    d = 32
+    q, k = rng.standard_normal((2, d))
+    score = q @ rope_matrix(delta, d) @ k
+    h = np.append((q[0::2] + 1j * q[1::2]) * np.conj(k[0::2] + 1j * k[1::2]), 0.0)
+    bound = np.abs(np.diff(h)).max() * np.abs(np.cumsum(np.exp(1j * delta * rope_frequencies(d)))).sum()
+    assert abs(score) <= bound * (1 + 1e-12)
+
+
+def test_ntk_aware_base_keeps_the_fastest_pair_and_slows_the_slowest_by_s():
+    d, s = 64, 8.0
+    theta, theta_ntk = rope_frequencies(d), rope_frequencies(d, 10_000.0 * s ** (d / (d - 2)))
+    np.testing.assert_allclose(theta_ntk[0], theta[0])
+    np.testing.assert_allclose(theta[-1] / theta_ntk[-1], s, rtol=1e-12)
+    ratio = theta / theta_ntk
+    assert np.all(np.diff(ratio) > 0)  # pairs in between: interpolated by factors between 1 and s
 
 
 def test_rope_attention_is_shift_invariant_not_permutation_equivariant():
@@ -183,10 +219,17 @@ def test_biased_attention_with_zero_bias_is_softmax_attention_and_window_mean():
     out, w = biased_attention(q, k, v, 0.0, mask=causal_mask(5))
     np.testing.assert_allclose(w, softmax(q @ k.T / np.sqrt(8), mask=causal_mask(5)))
     np.testing.assert_allclose(out, w @ v)
-    # equal content scores: geometric weights with mean distance r(1 − (n)r^{n-1} + (n-1) r^n)/((1−r)(1−r^n))
-    n, m = 400, 0.1
-    _, w = biased_attention(np.zeros((1, 1, 4)), np.zeros((1, n, 4)), np.zeros((1, n, 1)), alibi_bias(1, n, [m]))
-    np.testing.assert_allclose(mean_distance(w)[0, 0], 1 / np.expm1(m), rtol=1e-10)
+    # equal content scores: truncated geometric weights, mean distance β/(1−β) − (i+1)β^(i+1)/(1−β^(i+1)) at query i
+    for n, mu in ((400, 0.1), (6, 0.5), (3, 2.0)):
+        _, w = biased_attention(np.zeros((1, 1, 4)), np.zeros((1, n, 4)), np.zeros((1, n, 1)), alibi_bias(1, n, [mu]))
+        beta = np.exp(-mu)
+        finite = beta / (1 - beta) - n * beta**n / (1 - beta**n)
+        np.testing.assert_allclose(mean_distance(w)[0, 0], finite, rtol=1e-10)
+        assert mean_distance(w)[0, 0] < 1 / np.expm1(mu)
+        # weight at distances ≥ D is at most e^(−μD)
+        tail = np.cumsum(w[0, 0])  # keys 0..n−1; distance of key j is n−1−j
+        for D in range(1, n):
+            assert tail[n - 1 - D] <= np.exp(-mu * D) + 1e-15
 
 
 # ---------------------------------------------------------------- measuring helpers

@@ -129,7 +129,7 @@ def rope_matrix(position: float, d_k: int, base: float = 10000.0) -> np.ndarray:
 
 
 def rope_aligned_mean(offsets, d_k: int, base: float = 10000.0) -> np.ndarray:
-    """``E[(R_i q)·(R_j q)] = 2 Σ_c cos((j − i) θ_c)`` for ``q`` with ``E[q qᵀ] = I``: one value per offset."""
+    """``E[(R_i q)·(R_j k)] = 2 Σ_c cos((j − i) θ_c)`` when ``E[k qᵀ] = I`` (e.g. ``k = q``): one value per offset."""
     offsets = np.asarray(offsets, dtype=float)
     return 2.0 * np.cos(offsets[..., None] * rope_frequencies(d_k, base)).sum(axis=-1)
 
@@ -180,7 +180,7 @@ def relative_scores(q, k, table, scale: float | None = None) -> np.ndarray:
 
 
 def alibi_slopes(h: int) -> np.ndarray:
-    """Head slopes ``m_r = 2^(−8r/h)``, ``r = 1 … h`` (a geometric sequence; h a power of two)."""
+    """Head slopes ``μ_r = 2^(−8r/h)``, ``r = 1 … h`` (a geometric sequence; h a power of two)."""
     h = positive_int("h", h)
     if h & (h - 1):
         raise ValueError(f"h must be a power of two for the geometric slopes 2^(-8r/h), received h={h}")
@@ -188,9 +188,9 @@ def alibi_slopes(h: int) -> np.ndarray:
 
 
 def alibi_bias(n_q: int, n_k: int | None = None, slopes=None) -> np.ndarray:
-    """``b_rij = −m_r |i − j|``, shape (h, n_q, n_k); queries aligned with the last n_q keys.
+    """``b_rij = −μ_r |i − j|``, shape (h, n_q, n_k); queries aligned with the last n_q keys.
 
-    For the keys a causal query may see (j ≤ i) this is ALiBi's ``−m_r (i − j)``.
+    For the keys a causal query may see (j ≤ i) this is ALiBi's ``−μ_r (i − j)``.
     """
     n_q = positive_int("n_q", n_q)
     n_k = n_q if n_k is None else positive_int("n_k", n_k)
