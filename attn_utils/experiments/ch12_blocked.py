@@ -196,52 +196,105 @@ class _Shape:
     __slots__ = ("shape", "size")
 
     def __init__(self, shape):
-        self.shape = tuple(int(x) for x in shape)
+        self.shape = tuple(map(int, shape))
         self.size = math.prod(self.shape)
 
     def __getitem__(self, index):
         index = index if isinstance(index, tuple) else (index,)
-        shape = [len(range(*sl.indices(n))) for sl, n in zip(index, self.shape)]
-        return _Shape(shape + list(self.shape[len(index) :]))
+        sliced = tuple(len(range(*sl.indices(n))) for sl, n in zip(index, self.shape))
+        return _Shape(sliced + self.shape[len(index) :])
+
+
+class SlowArray:
+    """An array in slow memory. Its numbers are reached only through :meth:`TwoLevelMemory.load`
+    and :meth:`TwoLevelMemory.store` (numpy refuses to compute with it directly), and it records,
+    for every one of its words, how many times that word was read and written.
+
+    These per-word counters are a second, finer measurement than the memory's running totals: they
+    say *which* words crossed and how often, so each line of the traffic proof ("every key row is
+    read once per query block") can be checked word by word.
+    """
+
+    __slots__ = ("name", "data", "reads", "writes")
+
+    def __init__(self, name: str, data: np.ndarray):
+        self.name = name
+        self.data = data
+        self.reads = np.zeros(data.shape, dtype=np.int64)
+        self.writes = np.zeros(data.shape, dtype=np.int64)
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+    @property
+    def size(self):
+        return self.data.size
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError(f"slow array {self.name!r} can only be reached through load and store")
+
+
+class FastMemoryOverflow(MemoryError):
+    """Raised when a loop would hold more numbers in fast memory than it has; ``held`` is how many."""
+
+    def __init__(self, held: int, fast_size: int):
+        super().__init__(f"fast memory holds {held} numbers, more than fast_size = {fast_size}")
+        self.held, self.fast_size = held, fast_size
 
 
 class TwoLevelMemory:
     """A slow memory of any size and a fast memory of ``fast_size`` numbers, with counters.
 
-    ``load`` copies a slice of a slow array into fast memory (``reads`` += its size), ``store``
-    copies a fast block back (``writes`` += its size), ``scratch`` makes a block that lives only
-    in fast memory (tiles, running statistics), ``free`` releases fast blocks. Fast memory that
-    would exceed ``fast_size`` numbers raises ``MemoryError``; ``peak`` is the most ever held.
-    With ``compute=False`` arrays are shapes only, and callers skip the arithmetic.
+    ``slow`` makes a :class:`SlowArray` (the inputs start there; making one costs nothing),
+    ``load`` copies a slice of it into fast memory (``reads`` += its size), ``store`` copies a fast
+    block back (``writes`` += its size), ``scratch`` makes a block that lives only in fast memory
+    (tiles, running statistics), ``free`` releases fast blocks. A load or scratch that would take
+    fast memory past ``fast_size`` numbers raises :class:`FastMemoryOverflow`; ``peak`` is the
+    most ever held. What is charged: every block a loop loads or makes with ``scratch``. What is
+    not: numpy's elementwise temporaries inside one update (a few vectors of one number per row,
+    and the product of a tile with a value block before it is added into the accumulator, which
+    a GPU's matrix unit accumulates in place). With ``compute=False`` arrays are shapes only, the
+    callers skip the arithmetic, and only the totals are counted.
     """
 
     def __init__(self, fast_size: int, *, compute: bool = True):
         self.fast_size = positive_int("fast_size", fast_size)
         self.compute = bool(compute)
         self.reads = self.writes = self.held = self.peak = 0
+        self.arrays: dict[str, SlowArray] = {}
 
-    def slow(self, shape, fill=0.0, *, data=None):
+    def slow(self, name: str, shape, fill=0.0, *, data=None):
         """An array in slow memory (filling it costs nothing: it is where the inputs already are)."""
         if not self.compute:
             return _Shape(shape)
-        return np.array(data, dtype=float) if data is not None else np.full(shape, fill)
+        if name in self.arrays:
+            raise ValueError(f"slow array {name!r} exists already")
+        array = SlowArray(name, np.array(data, dtype=float) if data is not None else np.full(shape, fill))
+        self.arrays[name] = array
+        return array
 
     def _hold(self, words: int) -> None:
         self.held += words
         self.peak = max(self.peak, self.held)
         if self.held > self.fast_size:
-            raise MemoryError(f"fast memory holds {self.held} numbers, more than fast_size = {self.fast_size}")
+            raise FastMemoryOverflow(self.held, self.fast_size)
 
     def load(self, array, index):
-        block = array[index]
+        if self.compute:
+            block = array.data[index].copy()
+            array.reads[index] += 1
+        else:
+            block = array[index]
         self.reads += block.size
         self._hold(block.size)
-        return block.copy() if self.compute else block
+        return block
 
     def store(self, array, index, block) -> None:
         self.writes += block.size
         if self.compute:
-            array[index] = block
+            array.data[index] = block
+            array.writes[index] += 1
 
     def scratch(self, shape, fill=0.0):
         block = np.full(shape, fill) if self.compute else _Shape(shape)
@@ -264,6 +317,7 @@ class TrafficCount:
     outer_block: int
     inner_block: int
     output: np.ndarray | None
+    per_word: dict | None = None  # name -> (reads, writes) per word of each slow array; compute mode only
 
     @property
     def total(self) -> int:
@@ -316,8 +370,8 @@ def io_block_sizes(algorithm: str, fast_size: int, d: int) -> tuple[int, int]:
 def loops_standard(mem, q, k, v, outer, inner, scale):
     """FlashAttention's Algorithm 0: S = QK^T, P = softmax(S), O = PV, each written to slow memory."""
     n, d = q.shape
-    S = mem.slow((n, n))
-    out = mem.slow((n, d))
+    S = mem.slow("S", (n, n))
+    out = mem.slow("O", (n, d))
     for i0 in range(0, n, outer):  # S = s·Q K^T, one row block of Q kept while K streams
         rows = slice(i0, min(i0 + outer, n))
         qi = mem.load(q, (rows,))
@@ -331,7 +385,7 @@ def loops_standard(mem, q, k, v, outer, inner, scale):
             mem.store(S, (rows, cols), sij)
             mem.free(kj, sij)
         mem.free(qi)
-    P = mem.slow((n, n))
+    P = mem.slow("P", (n, n))
     width = min(n, mem.fast_size - 2)  # a row chunk plus its running maximum and sum
     if width < 1:
         raise ValueError(f"fast_size = {mem.fast_size} is too small for the softmax pass")
@@ -382,7 +436,7 @@ def loops_flash1(mem, q, k, v, outer, inner, scale):
     normalised output and the row statistics live in slow memory and are read, rescaled and
     written back for every key block."""
     n, d = q.shape
-    out, ell, m = mem.slow((n, d)), mem.slow((n, 1)), mem.slow((n, 1))
+    out, ell, m = mem.slow("O", (n, d)), mem.slow("l", (n, 1)), mem.slow("m", (n, 1))
     for i0 in range(0, n, inner):  # initialise O = 0, ℓ = 0, m = -inf in slow memory
         rows = slice(i0, min(i0 + inner, n))
         b = rows.stop - i0
@@ -422,7 +476,7 @@ def loops_flash2(mem, q, k, v, outer, inner, scale):
     accumulator and the statistics stay in fast memory; the output and the log-sum-exp are
     written once."""
     n, d = q.shape
-    out, lse = mem.slow((n, d)), mem.slow((n, 1))
+    out, lse = mem.slow("O", (n, d)), mem.slow("lse", (n, 1))
     for i0 in range(0, n, outer):
         rows = slice(i0, min(i0 + outer, n))
         qi = mem.load(q, (rows,))
@@ -453,7 +507,9 @@ def loops_flash2(mem, q, k, v, outer, inner, scale):
     return out
 
 
-def attention_io(q, k, v, fast_size: int, algorithm: str, *, compute: bool = True) -> TrafficCount:
+def attention_io(
+    q, k, v, fast_size: int, algorithm: str, *, compute: bool = True, blocks: tuple[int, int] | None = None
+) -> TrafficCount:
     """Run one head of attention against a fast memory of ``fast_size`` numbers and count the traffic.
 
     Parameters
@@ -465,13 +521,16 @@ def attention_io(q, k, v, fast_size: int, algorithm: str, *, compute: bool = Tru
         outermost, output rescaled in slow memory per block) or ``"flash2"`` (query blocks
         outermost, unnormalised accumulator in fast memory).
     compute : bool
-        Also compute the output (scale ``1/sqrt(d)``). With ``False`` only the loops and the
-        counters run, on shapes.
+        Also compute the output (scale ``1/sqrt(d)``) and count the traffic of every word. With
+        ``False`` only the loops and the total counters run, on shapes.
+    blocks : (outer, inner), optional
+        Override the block sizes (to see the fast memory refuse blocks that do not fit).
 
     Returns
     -------
     TrafficCount with the numbers read from and written to slow memory, the most numbers ever
-    held in fast memory, the block sizes and the output (``None`` without ``compute``).
+    held in fast memory, the block sizes, the output and the per-word counts (``None`` without
+    ``compute``). Raises :class:`FastMemoryOverflow` if the blocks do not fit in ``fast_size``.
     """
     if algorithm not in IO_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {IO_ALGORITHMS}, received {algorithm!r}")
@@ -481,17 +540,24 @@ def attention_io(q, k, v, fast_size: int, algorithm: str, *, compute: bool = Tru
         if q.ndim != 2 or q.shape != k.shape or k.shape != v.shape:
             raise ValueError(f"q, k, v must all be (n, d), received {q.shape}, {k.shape}, {v.shape}")
         n, d = q.shape
+        q, k, v = (mem.slow(name, x.shape, data=x) for name, x in (("Q", q), ("K", k), ("V", v)))
     else:
         if len(q) != 2:
             raise ValueError(f"with compute=False pass q as the shape (n, d), received {q!r}")
         n, d = positive_int("n", q[0]), positive_int("d", q[1])
-        q = k = v = mem.slow((n, d))
-    outer, inner = io_block_sizes(algorithm, fast_size, d)
+        q = k = v = mem.slow("QKV", (n, d))
+    if blocks is None:
+        outer, inner = io_block_sizes(algorithm, fast_size, d)
+    else:
+        outer, inner = positive_int("outer block", blocks[0]), positive_int("inner block", blocks[1])
     run = {"standard": loops_standard, "flash1": loops_flash1, "flash2": loops_flash2}[algorithm]
     out = run(mem, q, k, v, outer, inner, default_scale(d))
     if mem.held != 0:
         raise RuntimeError(f"{algorithm}: {mem.held} numbers left in fast memory")  # a bookkeeping bug
-    return TrafficCount(algorithm, mem.reads, mem.writes, mem.peak, outer, inner, out if compute else None)
+    if not compute:
+        return TrafficCount(algorithm, mem.reads, mem.writes, mem.peak, outer, inner, None)
+    per_word = {name: (a.reads, a.writes) for name, a in mem.arrays.items()}
+    return TrafficCount(algorithm, mem.reads, mem.writes, mem.peak, outer, inner, out.data, per_word)
 
 
 def count_attention_io(n: int, d: int, fast_size: int, algorithm: str) -> TrafficCount:
@@ -504,6 +570,8 @@ __all__ = [
     "count_attention_io",
     "BlockedAttentionStats",
     "TwoLevelMemory",
+    "SlowArray",
+    "FastMemoryOverflow",
     "TrafficCount",
     "attention_io",
     "io_block_sizes",
