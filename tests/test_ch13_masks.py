@@ -60,6 +60,21 @@ def test_round_to_bfloat16_overflow_nan_and_signed_zero():
     assert np.isnan(ex.round_to_bfloat16(odd_nan))
 
 
+def test_round_to_bfloat16_ties_at_the_top_of_the_range_and_double_rounding():
+    def f32(bits):
+        return np.array(bits, dtype=np.uint32).view(np.float32)
+
+    largest = (2 - 2.0**-7) * 2.0**127
+    # halfway between the largest bfloat16 (odd last bit) and 2^128: ties to even means overflow to inf
+    assert ex.round_to_bfloat16(f32(0x7F7F8000)) == np.inf
+    assert ex.round_to_bfloat16(f32(0x7F7F7FFF)) == largest
+    assert ex.round_to_bfloat16(-f32(0x7F7F8000)) == -np.inf
+    # float64 input is rounded to float32 first (as documented): 1 + 2^-8 + 2^-30 becomes the tie 1 + 2^-8,
+    # which rounds to 1.0, although the float64 value lies above the halfway point (direct rounding: 1 + 2^-7)
+    assert float(ex.round_to_bfloat16(1 + 2.0**-8 + 2.0**-30)) == 1.0
+    assert float(ex.round_to_bfloat16(np.float32(1 + 2.0**-8 + 2.0**-20))) == 1 + 2.0**-7
+
+
 @PROPS
 @given(st.floats(width=32, allow_nan=False, allow_infinity=False))
 def test_round_to_bfloat16_matches_exact_nearest_even(x):

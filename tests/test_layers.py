@@ -27,11 +27,13 @@ from attn_utils.experiments.ch11_layers import (
     distance_bias,
     hop_distances,
     init_lstm_params,
+    input_sensitivity,
     layer_graph,
     layers_to_connect,
     lstm_layer,
     lstm_macs,
     perturbation_reach,
+    restricted_attention_layer,
     rnn_input_jacobians,
     sequential_depth,
 )
@@ -232,46 +234,68 @@ def test_initialisers_and_parameter_counts():
     assert sum(a.size for a in init_mha_params(rng, 16, 4).values()) == 4 * 16**2
 
 
+@pytest.mark.parametrize("n,d,h,r", [(10, 8, 2, 4), (7, 6, 3, 1), (5, 4, 1, 9), (33, 12, 4, 16)])
+def test_restricted_attention_equals_band_masked_dense_and_counts_r_n_d(n, d, h, r):
+    """The banded layer computes what the dense layer with the band mask computes, but its core
+    executes 2·n·r·d multiply-adds (padding included), not 2·n²·d."""
+    rng = np.random.default_rng(16 + n)
+    x, p = rng.normal(size=(2, n, d)), init_mha_params(rng, d, h)
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    with count_macs() as c:
+        got = restricted_attention_layer(x, p, h, window=r)
+    np.testing.assert_allclose(got, self_attention_layer(x, p, h, (j <= i) & (i - j < r))[0], rtol=1e-12, atol=1e-13)
+    assert (c.macs, c.products) == (2 * (4 * n * d * d + 2 * n * r * d), 6)
+    with count_macs() as c:
+        core = restricted_attention_layer(x, h=h, window=r, projections=False)
+    assert (c.macs, c.products) == (2 * 2 * n * r * d, 2)
+    dense_core = self_attention_layer(x, projections=False, h=h, mask=(j <= i) & (i - j < r))[0]
+    np.testing.assert_allclose(core, dense_core, rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="params is required"):
+        restricted_attention_layer(x, window=r)
+    reach = perturbation_reach(lambda z: restricted_attention_layer(z, p, h, window=r), x[0])
+    np.testing.assert_array_equal(reach, (j <= i) & (i - j < r))
+
+
 # ---------------------------------------------------------------- dependency graphs
 
 
 @PROPS
-@given(n=st.integers(1, 40), L=st.integers(1, 4), k=st.integers(2, 4))
-def test_hop_distances_closed_forms(n, L, k):
+@given(n=st.integers(1, 40), L=st.integers(1, 4), w=st.integers(2, 4))
+def test_hop_distances_closed_forms(n, L, w):
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     att = hop_distances(layer_graph("attention", n, L))
     assert np.all(att[lower(n)] == L) and np.all(np.isinf(att[~lower(n)]))
     assert np.all(hop_distances(layer_graph("attention", n, 1, causal=False)) == 1)
     rnn = hop_distances(layer_graph("rnn", n))
     np.testing.assert_array_equal(rnn, np.where(j <= i, i - j + 1.0, np.inf))
-    conv = hop_distances(layer_graph("conv", n, L, k=k))
-    np.testing.assert_array_equal(np.isfinite(conv), (i - j >= 0) & (i - j <= L * (k - 1)))
+    conv = hop_distances(layer_graph("conv", n, L, w=w))
+    np.testing.assert_array_equal(np.isfinite(conv), (i - j >= 0) & (i - j <= L * (w - 1)))
     assert np.all(conv[np.isfinite(conv)] == L)
-    dil = hop_distances(layer_graph("conv", n, L, k=k, dilation_base=k))
-    np.testing.assert_array_equal(np.isfinite(dil), (i - j >= 0) & (i - j < k**L))
+    dil = hop_distances(layer_graph("conv", n, L, w=w, dilation_base=w))
+    np.testing.assert_array_equal(np.isfinite(dil), (i - j >= 0) & (i - j < w**L))
 
 
 @PROPS
-@given(n=st.integers(2, 80), k=st.integers(2, 5))
-def test_layers_to_connect_formulas(n, k):
+@given(n=st.integers(2, 80), w=st.integers(2, 5))
+def test_layers_to_connect_formulas(n, w):
     assert layers_to_connect("attention", n) == 1
     assert layers_to_connect("attention", n, causal=False) == 1
     assert layers_to_connect("rnn", n) == 1
-    assert layers_to_connect("conv", n, k=k) == math.ceil((n - 1) / (k - 1))
-    assert layers_to_connect("conv", n, k=k, dilation_base=k) == next(L for L in range(n + 1) if k**L >= n)
-    assert layers_to_connect("attention", n, window=k) == math.ceil((n - 1) / (k - 1))
+    assert layers_to_connect("conv", n, w=w) == math.ceil((n - 1) / (w - 1))
+    assert layers_to_connect("conv", n, w=w, dilation_base=w) == next(L for L in range(n + 1) if w**L >= n)
+    assert layers_to_connect("attention", n, window=w) == math.ceil((n - 1) / (w - 1))
 
 
 @pytest.mark.parametrize("n,L", [(1, 1), (5, 1), (9, 3), (30, 4)])
 def test_sequential_depth(n, L):
     assert sequential_depth(layer_graph("rnn", n, L)) == n + L - 1
     assert sequential_depth(layer_graph("attention", n, L)) == L
-    assert sequential_depth(layer_graph("conv", n, L, k=3, dilation_base=2)) == L
+    assert sequential_depth(layer_graph("conv", n, L, w=3, dilation_base=2)) == L
 
 
 def test_layers_to_connect_raises_when_too_shallow():
     with pytest.raises(ValueError, match="max_layers=3"):
-        layers_to_connect("conv", 20, k=2, max_layers=3)
+        layers_to_connect("conv", 20, w=2, max_layers=3)
 
 
 def test_perturbation_reach_matches_graphs_of_real_layers():
@@ -292,7 +316,7 @@ def test_perturbation_reach_matches_graphs_of_real_layers():
             z = conv1d_layer(z, w, dilation=2**layer)
         return z
 
-    graph = np.isfinite(hop_distances(layer_graph("conv", n, 3, k=2, dilation_base=2)))
+    graph = np.isfinite(hop_distances(layer_graph("conv", n, 3, w=2, dilation_base=2)))
     np.testing.assert_array_equal(perturbation_reach(stack, x), graph)
 
 
@@ -355,6 +379,29 @@ def test_biased_attention_jacobians_against_finite_differences(causal, i, slope)
     np.testing.assert_allclose(
         attention_input_jacobians(x, p, mask, i, bias=zero), attention_input_jacobians(x, p, mask, i), atol=1e-12
     )
+
+
+def test_input_sensitivity_is_the_directional_derivative():
+    """Finite differences on the layer agree with the closed-form Jacobians applied to the same
+    directions (the directions are the first draw of the generator after the seed)."""
+    n, d = 9, 4
+    rng = np.random.default_rng(17)
+    x, p, rnn = rng.normal(size=(n, d)), init_mha_params(rng, d, 1), init_rnn_params(rng, d, radius=0.8)
+    mask, bias = causal_mask(n), distance_bias(n, 0.5)
+    u = np.random.default_rng(5).standard_normal((n, d))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    cases = [
+        (lambda z: self_attention_layer(z, p, 1, mask)[0], attention_input_jacobians(x, p, mask)),
+        (lambda z: biased_attention_layer(z, p, bias, mask), attention_input_jacobians(x, p, mask, bias=bias)),
+        (lambda z: rnn_layer(z, rnn), rnn_input_jacobians(x, rnn)),
+    ]
+    for fn, jac in cases:
+        got = input_sensitivity(fn, x, np.random.default_rng(5))
+        np.testing.assert_allclose(got, np.linalg.norm(np.einsum("jab,jb->ja", jac, u), axis=1), rtol=1e-6, atol=1e-9)
+    mid = input_sensitivity(lambda z: rnn_layer(z, rnn), x, np.random.default_rng(5), i=3)
+    assert np.all(mid[4:] == 0) and np.all(mid[:4] > 0)
+    with pytest.raises(ValueError, match="i must be in"):
+        input_sensitivity(lambda z: z, x, rng, i=n)
 
 
 def test_distance_bias_values_and_validation():

@@ -6,6 +6,8 @@ Shapes: ``x (..., n, d_in)`` → ``(..., n, d)``; leading axes are batch axes.
 
 * The LSTM: :func:`init_lstm_params`, :func:`lstm_layer` (every product counted by
   :func:`attn_utils.count_macs`) and its closed-form count :func:`lstm_macs`.
+* Restricted self-attention (Table 1's last row): :func:`restricted_attention_layer`, banded, so that a
+  counter sees its ``O(r·n·d)`` core.
 * Dependency structure: :func:`layer_graph` builds the position-level computation graph of a stack of
   layers; :func:`hop_distances` (fewest edges from input ``j`` to output ``i``), :func:`sequential_depth`
   (longest chain of dependent nodes), :func:`layers_to_connect`. :func:`perturbation_reach` measures the
@@ -13,7 +15,8 @@ Shapes: ``x (..., n, d_in)`` → ``(..., n, d)``; leading axes are batch axes.
 * Gradients: :func:`rnn_input_jacobians` (exact, by back-propagation through time) and
   :func:`attention_input_jacobians` (the closed form for one head, optionally with a positional logit
   bias such as :func:`distance_bias`, run by :func:`biased_attention_layer`); both are checked against
-  :func:`attn_utils.numerical_jacobian`.
+  :func:`attn_utils.numerical_jacobian`; :func:`input_sensitivity` measures the same distance dependence
+  on the layer itself by finite differences, without either formula.
 * Costs are counted with :func:`attn_utils.count_macs` and timed with :func:`attn_utils.min_seconds`.
 """
 
@@ -26,6 +29,7 @@ import numpy as np
 from ..attention import attention_scores, scaled_dot_product_attention
 from ..book.measuring import counted_matmul
 from ..harness.layers import rnn_layer
+from ..multihead import merge_heads, split_heads
 from ..softmax import softmax
 from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
@@ -55,8 +59,8 @@ def init_lstm_params(rng: np.random.Generator, d: int, *, d_in: int | None = Non
 def lstm_layer(x, params: dict) -> np.ndarray:
     """LSTM (Hochreiter & Schmidhuber 1997, with a forget gate): ``x (..., n, d_in)`` → every output ``(..., n, d)``.
 
-    ``[i_t, f_t, o_t, g_t] = x_t W + y_{t−1} U + b`` (four blocks of width ``d``),
-    ``c_t = σ(f_t) ⊙ c_{t−1} + σ(i_t) ⊙ tanh(g_t)``, ``y_t = σ(o_t) ⊙ tanh(c_t)``, ``y_{−1} = c_{−1} = 0``.
+    ``[ι_t, f_t, o_t, g_t] = x_t W + y_{t−1} U + b`` (four blocks of width ``d``; ι is the input gate),
+    ``c_t = σ(f_t) ⊙ c_{t−1} + σ(ι_t) ⊙ tanh(g_t)``, ``y_t = σ(o_t) ⊙ tanh(c_t)``, ``y_{−1} = c_{−1} = 0``.
     Like :func:`attn_utils.harness.rnn_layer`, the input products for all ``t`` are one product and the
     recurrence is a loop of ``n`` dependent products, every one through ``counted_matmul``:
     ``4·n·d·(d_in + d)`` multiply-adds in ``n + 1`` products.
@@ -74,8 +78,8 @@ def lstm_layer(x, params: dict) -> np.ndarray:
     out = np.empty(x.shape[:-1] + (d,))
     for t in range(x.shape[-2]):
         z = pre[..., t, :] + counted_matmul(y, U)
-        i, f, o, g = (z[..., m * d : (m + 1) * d] for m in range(4))
-        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        iota, f, o, g = (z[..., m * d : (m + 1) * d] for m in range(4))  # input, forget, output gates; candidate
+        c = _sigmoid(f) * c + _sigmoid(iota) * np.tanh(g)
         y = _sigmoid(o) * np.tanh(c)
         out[..., t, :] = y
     return out
@@ -87,6 +91,44 @@ def lstm_macs(n: int, d: int, *, d_in: int | None = None) -> int:
     n, d = positive_int("n", n), positive_int("d", d)
     d_in = d if d_in is None else positive_int("d_in", d_in)
     return 4 * n * d * (d_in + d)
+
+
+# ---------------------------------------------------------------- restricted (banded) self-attention
+
+
+def restricted_attention_layer(
+    x, params: dict | None = None, h: int = 1, window: int = 4, *, projections: bool = True
+) -> np.ndarray:
+    """Causal self-attention restricted to the ``window = r`` most recent positions, computed banded.
+
+    Query ``i`` attends to keys ``i − r + 1, …, i`` only, and only those ``r`` scores are computed: the keys
+    and values are gathered into ``(n, r)`` windows (zero-padded before position 0, padding masked), so
+    ``Q Kᵀ`` and ``A V`` are ``n`` products of ``r`` keys each, ``2·n·r·d`` multiply-adds in all heads instead
+    of the dense ``2·n²·d`` (the projections still cost ``4·n·d²``). Same output as
+    :func:`attn_utils.harness.self_attention_layer` with the band mask ``0 ≤ i − j < r``.
+
+    x : (..., n, d); params from :func:`attn_utils.init_mha_params`. ``projections=False`` runs the core only
+    (``Q = K = V = x``, no ``W_o``; ``params`` ignored), as in ``self_attention_layer``. Returns (..., n, d_out).
+    """
+    x = as_float_array("x", x, min_ndim=2)
+    h, r = positive_int("h", h), positive_int("window", window)
+    if projections:
+        if params is None:
+            raise ValueError("params is required when projections=True")
+        check_axis_size("x", x, -1, params["W_q"].shape[0], "d, rows of W_q")
+        q, k, v = (split_heads(counted_matmul(x, params[name]), h) for name in ("W_q", "W_k", "W_v"))
+    else:
+        q = k = v = split_heads(x, h)  # (..., h, n, d_k)
+    n, d_k = q.shape[-2], q.shape[-1]
+    pad = np.zeros(k.shape[:-2] + (r - 1, d_k))
+    kp, vp = np.concatenate([pad, k], axis=-2), np.concatenate([pad, v], axis=-2)
+    keys = np.stack([kp[..., m : m + n, :] for m in range(r)], axis=-2)  # (..., h, n, r, d_k): keys i−r+1 … i
+    values = np.stack([vp[..., m : m + n, :] for m in range(r)], axis=-2)
+    scores = counted_matmul(q[..., None, :] / np.sqrt(d_k), np.swapaxes(keys, -1, -2))[..., 0, :]  # (..., h, n, r)
+    valid = (np.arange(n)[:, None] + np.arange(r)[None, :]) >= r - 1  # key position i − (r−1) + m ≥ 0
+    weights = softmax(scores, mask=valid)
+    out = counted_matmul(weights[..., None, :], values)[..., 0, :]  # (..., h, n, d_k)
+    return counted_matmul(merge_heads(out), params["W_o"]) if projections else merge_heads(out)
 
 
 # ---------------------------------------------------------------- dependency structure
@@ -112,7 +154,7 @@ class LayerGraph:
 
 
 def _layer_edges(
-    kind: str, n: int, layer: int, k: int, dilation_base: int, causal: bool, window: int | None
+    kind: str, n: int, layer: int, w: int, dilation_base: int, causal: bool, window: int | None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     if kind == "attention":
@@ -122,15 +164,15 @@ def _layer_edges(
         return np.asarray(a, bool), None
     if kind == "rnn":
         return i == j, j == i - 1
-    lag, r = i - j, min(dilation_base**layer, n)  # a dilation ≥ n leaves only lag 0, as n does
-    return (lag >= 0) & (lag % r == 0) & (lag // r < k), None
+    lag, step = i - j, min(dilation_base**layer, n)  # dilation Δ = dilation_base**layer; Δ ≥ n leaves only lag 0
+    return (lag >= 0) & (lag % step == 0) & (lag // step < w), None
 
 
-def _check_kind(kind: str, n, k, dilation_base, window):
+def _check_kind(kind: str, n, w, dilation_base, window):
     if kind not in LAYER_KINDS:
         raise ValueError(f"kind must be one of {LAYER_KINDS}, received {kind!r}")
     window = None if window is None else positive_int("window", window)
-    return positive_int("n", n), positive_int("k", k), positive_int("dilation_base", dilation_base), window
+    return positive_int("n", n), positive_int("w", w), positive_int("dilation_base", dilation_base), window
 
 
 def layer_graph(
@@ -138,7 +180,7 @@ def layer_graph(
     n: int,
     n_layers: int = 1,
     *,
-    k: int = 3,
+    w: int = 3,
     dilation_base: int = 1,
     causal: bool = True,
     window: int | None = None,
@@ -148,13 +190,14 @@ def layer_graph(
     * ``"attention"``: every ``j`` (``j ≤ i`` when ``causal``); ``window=r`` keeps ``i − r < j``
       (and ``j < i + r`` when not causal) — restricted self-attention.
     * ``"rnn"``: ``(ℓ, i)`` and ``(ℓ+1, i−1)`` — one input edge and the recurrent edge.
-    * ``"conv"``: causal, kernel width ``k``; layer ``ℓ = 0, 1, …`` has dilation ``dilation_base**ℓ``
-      (``1`` = contiguous kernels; ``k`` = receptive field ``k**L`` after ``L`` layers).
+    * ``"conv"``: causal, kernel width ``w`` (the argument ``k`` of :func:`attn_utils.harness.init_conv_params`);
+      layer ``ℓ = 0, 1, …`` has dilation ``Δ = dilation_base**ℓ`` (``1`` = contiguous kernels;
+      ``w`` = receptive field ``w**L`` after ``L`` layers).
     """
-    n, k, dilation_base, window = _check_kind(kind, n, k, dilation_base, window)
+    n, w, dilation_base, window = _check_kind(kind, n, w, dilation_base, window)
     n_layers = positive_int("n_layers", n_layers)
-    edges = [_layer_edges(kind, n, layer, k, dilation_base, causal, window) for layer in range(n_layers)]
-    return LayerGraph(kind, n, tuple(a for a, _ in edges), tuple(w for _, w in edges))
+    edges = [_layer_edges(kind, n, layer, w, dilation_base, causal, window) for layer in range(n_layers)]
+    return LayerGraph(kind, n, tuple(a for a, _ in edges), tuple(rec for _, rec in edges))
 
 
 def _min_over_parents(parents: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -174,13 +217,13 @@ def _min_over_parents(parents: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def _advance(dist: np.ndarray, a: np.ndarray, w: np.ndarray | None, sign: float = 1.0) -> np.ndarray:
+def _advance(dist: np.ndarray, a: np.ndarray, rec: np.ndarray | None, sign: float = 1.0) -> np.ndarray:
     """One layer of shortest (sign=+1) or longest (sign=−1, on negated values) path lengths."""
     new = _min_over_parents(a, dist) + sign
-    if w is not None:  # recurrent edges: row i needs row i−1 of this layer first — sequential
+    if rec is not None:  # recurrent edges: row i needs row i−1 of this layer first — sequential
         for i in range(new.shape[0]):
-            if w[i].any():
-                new[i] = np.minimum(new[i], new[w[i]].min(axis=0) + sign)
+            if rec[i].any():
+                new[i] = np.minimum(new[i], new[rec[i]].min(axis=0) + sign)
     return new
 
 
@@ -191,8 +234,8 @@ def hop_distances(graph: LayerGraph) -> np.ndarray:
     (forward) or a gradient (backward) must traverse. Returns a float array (n, n).
     """
     dist = np.where(np.eye(graph.n, dtype=bool), 0.0, np.inf)
-    for a, w in zip(graph.across, graph.within):
-        dist = _advance(dist, a, w)
+    for a, rec in zip(graph.across, graph.within):
+        dist = _advance(dist, a, rec)
     return dist
 
 
@@ -200,8 +243,8 @@ def sequential_depth(graph: LayerGraph) -> int:
     """Longest chain of edges from an input to any node: the number of rounds needed when each
     round computes, in parallel, every node whose inputs are ready."""
     neg_depth = np.zeros((graph.n, 1))
-    for a, w in zip(graph.across, graph.within):
-        neg_depth = _advance(neg_depth, a, w, sign=-1.0)
+    for a, rec in zip(graph.across, graph.within):
+        neg_depth = _advance(neg_depth, a, rec, sign=-1.0)
     return int(-neg_depth.min())
 
 
@@ -209,7 +252,7 @@ def layers_to_connect(
     kind: str,
     n: int,
     *,
-    k: int = 3,
+    w: int = 3,
     dilation_base: int = 1,
     causal: bool = True,
     window: int | None = None,
@@ -218,13 +261,13 @@ def layers_to_connect(
     """Fewest stacked layers after which every input reaches every output it may reach
     (all ``j ≤ i`` when causal — conv and RNN always are — all pairs otherwise).
     Raises ``ValueError`` if ``max_layers`` (default ``n``) layers are not enough."""
-    n, k, dilation_base, window = _check_kind(kind, n, k, dilation_base, window)
+    n, w, dilation_base, window = _check_kind(kind, n, w, dilation_base, window)
     max_layers = n if max_layers is None else positive_int("max_layers", max_layers)
     lower = np.arange(n)[None, :] <= np.arange(n)[:, None]
     target = lower if (causal or kind != "attention") else np.ones((n, n), bool)
     dist = np.where(np.eye(n, dtype=bool), 0.0, np.inf)
     for layer in range(max_layers):
-        dist = _advance(dist, *_layer_edges(kind, n, layer, k, dilation_base, causal, window))
+        dist = _advance(dist, *_layer_edges(kind, n, layer, w, dilation_base, causal, window))
         if np.isfinite(dist[target]).all():
             return layer + 1
     raise ValueError(f"{kind} with n={n} is not connected after max_layers={max_layers} layers")
@@ -255,6 +298,36 @@ def perturbation_reach(fn, x, *, eps: float = 1.0, tol: float = 1e-9) -> np.ndar
 # ---------------------------------------------------------------- gradients
 
 
+def input_sensitivity(fn, x, rng: np.random.Generator, i: int | None = None, *, eps: float = 1e-6) -> np.ndarray:
+    """Measured ``‖(∂y_i/∂x_j) u_j‖`` for every input position ``j``, by central differences on ``fn`` itself.
+
+    Uses no derivative formula: each ``x_j`` is moved by ``±eps·u_j`` along its own random unit direction
+    ``u_j`` (drawn from ``rng``), all ``2n`` perturbed copies go through ``fn`` in one batched call, and the
+    change of output ``i`` (default the last) is divided by ``2·eps``. For exchangeable inputs and
+    directions the mean of its log has the same distance dependence as ``log ‖∂y_i/∂x_j‖``.
+
+    fn : callable mapping (B, n, d_in) → (B, n, d_out); x : (n, d_in). Returns (n,), entry ``j``.
+    Differences below the rounding of ``fn`` (about ``1e-16/eps``) read as 0.
+    """
+    x = as_float_array("x", x, min_ndim=2)
+    if x.ndim != 2:
+        raise ValueError(f"x must have shape (n, d_in), received shape {x.shape}")
+    eps = positive_scalar("eps", eps)
+    n = x.shape[0]
+    i = n - 1 if i is None else int(i)
+    if not 0 <= i < n:
+        raise ValueError(f"i must be in [0, {n}), received {i}")
+    u = rng.standard_normal(x.shape)
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    batch = np.repeat(x[None], 2 * n, axis=0)
+    batch[np.arange(n), np.arange(n)] += eps * u
+    batch[n + np.arange(n), np.arange(n)] -= eps * u
+    y = np.asarray(fn(batch))
+    if y.shape[:2] != (2 * n, n):
+        raise ValueError(f"fn must return shape (B, n, d_out) = ({2 * n}, {n}, …), received {y.shape}")
+    return np.linalg.norm(y[:n, i] - y[n:, i], axis=-1) / (2 * eps)
+
+
 def _sequence_and_output_index(x, i, shape: str):
     """Validate one unbatched sequence ``x`` and the output position ``i`` (default: the last)."""
     x = as_float_array("x", x, min_ndim=2)
@@ -268,26 +341,26 @@ def _sequence_and_output_index(x, i, shape: str):
 
 
 def rnn_input_jacobians(x, params: dict, i: int | None = None) -> np.ndarray:
-    """Exact ``∂h_i/∂x_j`` of :func:`rnn_layer` for every ``j`` (zero for ``j > i``), by back-propagation.
+    """Exact ``∂y_i/∂x_j`` of :func:`rnn_layer` (state ``y_t``) for every ``j`` (0 for ``j > i``), by back-propagation.
 
     x : (n, d_in); i defaults to ``n − 1``. Returns (n, d, d_in), entry ``j`` the Jacobian matrix
-    ``[Π_{t=i}^{j+1} diag(1−h_t²) Uᵀ] diag(1−h_j²) Wᵀ``.
+    ``[Π_{t=i}^{j+1} diag(1−y_t²) Uᵀ] diag(1−y_j²) Wᵀ``.
     """
     x, n, i = _sequence_and_output_index(x, i, "(n, d_in)")
-    h = rnn_layer(x, params)
+    y = rnn_layer(x, params)
     W, U = np.asarray(params["W"], float), np.asarray(params["U"], float)
     d = U.shape[0]
     jac = np.zeros((n, d, x.shape[1]))
-    g = np.eye(d)  # ∂h_i/∂h_t, starting at t = i
+    g = np.eye(d)  # ∂y_i/∂y_t, starting at t = i
     for t in range(i, -1, -1):
-        ga = g * (1.0 - h[t] ** 2)[None, :]  # ∂h_i/∂a_t
+        ga = g * (1.0 - y[t] ** 2)[None, :]  # ∂y_i/∂a_t
         jac[t] = ga @ W.T
         g = ga @ U.T
     return jac
 
 
 def distance_bias(n: int, slope: float) -> np.ndarray:
-    """ALiBi's logit bias for one head: ``B[i, j] = −slope·|i − j|`` (Press et al. 2022), shape (n, n)."""
+    """ALiBi's logit bias for one head: ``B[i, j] = −μ·|i − j|``, ``μ = slope`` (Press et al. 2022), shape (n, n)."""
     n, slope = positive_int("n", n), positive_scalar("slope", slope)
     pos = np.arange(n)
     return -slope * np.abs(pos[:, None] - pos[None, :]).astype(float)
@@ -343,6 +416,7 @@ __all__ = [
     "init_lstm_params",
     "lstm_layer",
     "lstm_macs",
+    "restricted_attention_layer",
     "LAYER_KINDS",
     "LayerGraph",
     "layer_graph",
@@ -350,6 +424,7 @@ __all__ = [
     "sequential_depth",
     "layers_to_connect",
     "perturbation_reach",
+    "input_sensitivity",
     "rnn_input_jacobians",
     "distance_bias",
     "biased_attention_layer",

@@ -33,8 +33,10 @@ def round_to_bfloat16(x) -> np.ndarray:
 
     bfloat16 is the top half of a float32: 1 sign bit, the same 8 exponent bits (so the same
     range), and 7 of the 23 fraction bits. Rounding adds ``0x7FFF`` plus the lowest kept bit to
-    the 32-bit pattern and clears the low 16 bits; values beyond the largest bfloat16 become ±inf,
-    NaN stays NaN. Input is first converted to float32.
+    the 32-bit pattern and clears the low 16 bits; values beyond the largest bfloat16 become ±inf
+    (including the tie halfway to 2^128), NaN stays NaN. Input is first converted to float32, so a
+    float64 input is rounded twice: in rare near-ties the result differs by one bfloat16 step from
+    rounding the float64 value directly (every constant the book stores is exact in float32).
     """
     x = np.asarray(x, dtype=np.float32)
     bits = x.view(np.uint32).astype(np.uint64)
@@ -90,7 +92,9 @@ def framework_softmax(scores, keep, fill: float, dtype: str, *, additive: bool =
     The scores are stored in ``dtype``. ``additive=False`` replaces every masked score by ``fill``
     (``masked_fill``); ``additive=True`` adds a bias that is ``fill`` at masked entries, ``n_masks``
     times (e.g. a causal and a padding bias both built with ``fill`` and added), each addition
-    rounded to ``dtype``. The fill value itself is first rounded to ``dtype`` (−1e9 in float16 is
+    rounded to ``dtype`` (the sum of two 16-bit numbers is formed in float32 and then rounded, which
+    gives the correctly rounded 16-bit sum: float32 carries at least twice their precision plus 2 bits).
+    The fill value itself is first rounded to ``dtype`` (−1e9 in float16 is
     −inf). The softmax is the plain max-subtracted formula, evaluated in float64 from the stored
     values (as kernels accumulate in a wider type), with no special case: a row whose entries are
     all −inf gives 0/0 = NaN. The weights are rounded to ``dtype`` at the end.

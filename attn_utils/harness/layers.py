@@ -93,7 +93,7 @@ def init_rnn_params(
 
 
 def rnn_layer(x, params: dict, h0=None) -> np.ndarray:
-    """Elman RNN ``h_t = tanh(x_t W + h_{t−1} U + b)``, ``h_{−1} = h0`` (default 0).
+    """Elman RNN ``y_t = tanh(x_t W + y_{t−1} U + b)``, ``y_{−1} = h0`` (default 0).
 
     x : (..., n, d_in); params : ``W (d_in, d)``, ``U (d, d)``, ``b (d,)``; h0 : (..., d).
     Returns every state, (..., n, d). The input products for all ``t`` are one parallel product; the
@@ -107,12 +107,12 @@ def rnn_layer(x, params: dict, h0=None) -> np.ndarray:
     check_axis_size("U", U, 0, d, "d, U must be square")
     check_axis_size("b", b, -1, d, "d")
     pre = counted_matmul(x, W) + b
-    h = np.zeros(x.shape[:-2] + (d,)) if h0 is None else as_float_array("h0", h0, min_ndim=1)
-    check_axis_size("h0", h, -1, d, "d")
+    y = np.zeros(x.shape[:-2] + (d,)) if h0 is None else as_float_array("h0", h0, min_ndim=1)
+    check_axis_size("h0", y, -1, d, "d")
     states = np.empty(pre.shape)
     for t in range(x.shape[-2]):
-        h = np.tanh(pre[..., t, :] + counted_matmul(h, U))
-        states[..., t, :] = h
+        y = np.tanh(pre[..., t, :] + counted_matmul(y, U))
+        states[..., t, :] = y
     return states
 
 
@@ -124,11 +124,11 @@ def init_conv_params(rng: np.random.Generator, d: int, k: int, *, d_in: int | No
 
 
 def conv1d_layer(x, params: dict, *, dilation: int = 1) -> np.ndarray:
-    """Causal 1-D convolution ``y_i = b + Σ_{m=0}^{k−1} x_{i−(k−1−m)·r} W_m`` (zero before position 0).
+    """Causal 1-D convolution ``y_i = b + Σ_{m=0}^{w−1} x_{i−(w−1−m)Δ} W_m`` (zero before position 0).
 
-    x : (..., n, d_in); params : ``W (k, d_in, d)``, ``b (d,)``; dilation ``r ≥ 1``.
-    Output i sees inputs ``i−(k−1)r, …, i−r, i``. Computed as one product of the ``(n, k·d_in)``
-    window matrix with ``W`` reshaped to ``(k·d_in, d)``: ``n·k·d_in·d`` multiply-adds.
+    x : (..., n, d_in); params : ``W (w, d_in, d)`` (kernel width ``w``), ``b (d,)``; dilation ``Δ ≥ 1``.
+    Output i sees inputs ``i−(w−1)Δ, …, i−Δ, i``. Computed as one product of the ``(n, w·d_in)``
+    window matrix with ``W`` reshaped to ``(w·d_in, d)``: ``n·w·d_in·d`` multiply-adds.
     """
     x = as_float_array("x", x, min_ndim=2)
     W, b = as_float_array("W", params["W"], min_ndim=3), as_float_array("b", params["b"], min_ndim=1)
