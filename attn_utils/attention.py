@@ -154,6 +154,9 @@ def attention_query_jacobian(q, k, v, scale: float | None = None) -> np.ndarray:
     ``p_j`` of a key ``j ≠ w`` (the ``j = w`` term is exactly zero), so the result keeps its
     relative accuracy when ``p`` is within rounding of one-hot. (``diag(p) − p pᵀ`` formed
     from ``p`` would lose the entry ``p_w (1 − p_w)`` there: ``1 − p_w`` rounds to 0.)
+    Centring is exact because ``Σ_j p_j (v_j − a)(k_j − b)ᵀ − (o − a)(k̄ − b)ᵀ = Σ_j p_j v_j k_jᵀ − o k̄ᵀ``
+    for any fixed ``a, b`` when ``Σ_j p_j = 1`` (chapter 3, eq-ch3-centred). Near uniform ``p`` over
+    many keys the two centred terms partly cancel: the relative error grows like ``n·ε``.
 
     q : (..., d_k), k : (..., n_k, d_k), v : (..., n_k, d_v) → (..., d_v, d_k)
     """

@@ -22,7 +22,9 @@ def softmax_core(x, axis: int = -1, mask=None):
     nothing to an attention output.
 
     The shift by the row maximum changes no value, so it is taken outside autograd's graph
-    (``getval``): the graph holds only the exp, the sum and the division.
+    (``getval``): the graph holds only the exp, the sum and the division. Consequence: autograd
+    forms the derivative of an entry within rounding of 1 as ``p − p²``, which is 0; keep the
+    shift in the graph when that entry matters (chapter 3's ``softmax_traced``).
     """
     if mask is not None:
         x = anp.where(mask, x, -anp.inf)

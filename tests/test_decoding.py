@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from attn_utils.experiments.ch10_decoding import (
     COST_PARTS,
     KVCache,
+    calls_only,
     decoder_extend,
     decoder_forward,
     decoding_macs,
@@ -258,3 +259,15 @@ def test_bad_arguments_name_the_argument():
         init_decoder_params(np.random.default_rng(0), vocab=5, d_model=10, h=3, n_layers=1, d_ff=4, max_len=4)
     with pytest.raises(ValueError, match="h_kv must be >= 1"):
         kv_cache_values(6, 10, 0, 64)
+
+
+def test_calls_only_makes_the_same_calls_on_one_entry_matrices():
+    params = small(25)
+    steps = [(3, 3), (1, 4), (1, 5)]
+    run_full, _ = products_only(params, steps, np.random.default_rng(26))
+    run_tiny, calls = calls_only(params, steps, np.random.default_rng(26))
+    # per step: 8 products per layer (q, k, v, q kᵀ, p v, W_o, W_1, W_2) and the read-out
+    assert calls == len(steps) * (8 * params.n_layers + 1)
+    assert run_tiny() is None and run_full() is None
+    with pytest.raises(ValueError, match=r"n \(keys\) must be >= m"):
+        calls_only(params, [(2, 1)], np.random.default_rng(0))

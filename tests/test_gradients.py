@@ -3,13 +3,14 @@
 import math
 
 import autograd
+import autograd.numpy as anp
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from attn_utils import numerical_jacobian, softmax, softmax_core, softmax_jacobian
+from attn_utils import attention_query_jacobian, numerical_jacobian, softmax, softmax_core, softmax_jacobian
 from attn_utils.experiments.ch03_gradients import softmax_jacobian_from_logits
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
@@ -143,7 +144,60 @@ def test_prop_symmetric_psd_zero_row_sums_bounded(z):
     np.testing.assert_allclose(diag, p * (1 - p), rtol=0, atol=1e-15)
 
 
+def softmax_traced(z):
+    """Softmax in autograd.numpy with the shift by the largest logit inside the traced computation
+    (chapter 3's ``softmax_traced``)."""
+    e = anp.exp(z - anp.max(z))
+    return e / anp.sum(e)
+
+
 @settings(max_examples=25, deadline=None, derandomize=True, database=None)
 @given(arrays(np.float64, st.integers(1, 6), elements=st.floats(-30, 30, allow_nan=False)))
 def test_prop_equals_autograd(z):
-    np.testing.assert_allclose(softmax_jacobian_from_logits(z), autograd.jacobian(softmax_core)(z), rtol=0, atol=1e-15)
+    # entry by entry to 1e-12 relative: no tolerance that would hide a diagonal rounded to 0
+    np.testing.assert_allclose(
+        softmax_jacobian_from_logits(z), autograd.jacobian(softmax_traced)(z), rtol=1e-12, atol=0
+    )
+
+
+def test_autograd_keeps_the_saturated_entry_only_when_the_shift_is_traced():
+    """Chapter 3's claim: with the max shift inside autograd's graph, J_33 at z = (−3, 1, 100, 5, −1)
+    comes out as t/(1+t)²; the core's softmax_core takes the shift outside the graph, and there
+    autograd forms p_3 − p_3² = 0."""
+    z = np.array([-3.0, 1.0, 100.0, 5.0, -1.0])
+    t = sum(math.exp(v - 100.0) for v in (-3.0, 1.0, 5.0, -1.0))
+    traced = autograd.jacobian(softmax_traced)(z)
+    assert traced[2, 2] == pytest.approx(t / (1 + t) ** 2, rel=1e-12)
+    np.testing.assert_allclose(traced, softmax_jacobian_from_logits(z), rtol=1e-12, atol=0)
+    assert autograd.jacobian(softmax_core)(z)[2, 2] == 0.0
+
+
+# ---------------------------------------------------------------- the query Jacobian near one-hot
+
+
+def test_query_jacobian_keeps_its_relative_accuracy_near_one_hot():
+    """au.attention_query_jacobian (covariance centred on the most-attended key) agrees with
+    s Vᵀ J K for J from the logits to 1e-12 of its largest entry, from moderate logits to
+    saturation, where J formed from the rounded p is wrong."""
+    rng = np.random.default_rng(4)
+    q, keys, values = rng.standard_normal(8), rng.standard_normal((6, 8)), rng.standard_normal((6, 3))
+    s = 1 / np.sqrt(8)
+    for t in (1.0, 8.0, 32.0, 64.0, 128.0):
+        logits = s * keys @ (t * q)
+        reference = s * values.T @ softmax_jacobian_from_logits(logits) @ keys
+        got = attention_query_jacobian(t * q, keys, values)
+        assert np.abs(reference).max() > 0
+        np.testing.assert_allclose(got, reference, rtol=0, atol=1e-12 * np.abs(reference).max())
+    from_p = s * values.T @ softmax_jacobian(softmax(logits)) @ keys
+    assert np.abs(from_p - reference).max() > 0.1 * np.abs(reference).max()
+
+
+def test_query_jacobian_centre_does_not_matter():
+    """The covariance may be centred anywhere (eq-ch3-centred): the centred evaluation equals
+    s(Σ p_j v_j k_jᵀ − o k̄ᵀ) at moderate logits, batched."""
+    rng = np.random.default_rng(5)
+    q, keys, values = rng.standard_normal((3, 4)), rng.standard_normal((3, 7, 4)), rng.standard_normal((3, 7, 2))
+    p = softmax(0.5 * np.einsum("bjd,bd->bj", keys, q))
+    o, k_bar = np.einsum("bj,bje->be", p, values), np.einsum("bj,bjd->bd", p, keys)
+    plain = np.einsum("bj,bje,bjd->bed", p, values, keys) - o[:, :, None] * k_bar[:, None, :]
+    np.testing.assert_allclose(attention_query_jacobian(q, keys, values), 0.5 * plain, rtol=0, atol=1e-14)

@@ -21,6 +21,7 @@ any leading batch axes), logits ``(..., n, vocab)``; cached keys and values
   the functions above can tally the multiply-adds they actually perform into a ``counter`` dict.
 * :func:`products_only` — just the matrix products of a list of steps, on operands of the same
   shapes, to time them apart from everything else a step does.
+* :func:`calls_only` — the same number of matmul calls on 1 × 1 operands: their fixed cost alone.
 * :func:`kv_cache_values` — how many numbers a KV cache holds.
 
 Cost convention (the book's): multiply-adds (MACs; 1 MAC = 2 FLOPs); only matrix products are
@@ -354,6 +355,36 @@ def decoding_macs(params: DecoderParams, m: int, n: int, *, readout: int | None 
     return parts
 
 
+def _product_operands(params: DecoderParams, steps, rng: np.random.Generator, *, tiny: bool) -> list:
+    """Operand pairs of the matrix products of ``steps`` (see :func:`products_only`); with ``tiny``
+    every operand is shrunk to one entry per matrix (batched products keep their ``h`` axis)."""
+    params = _check_params(params)
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
+    h, d_k, d_v = params.h, params.d_k, params.d_v
+
+    def rand(*shape):  # a random operand of this shape, or of (*batch axes, 1, 1) with tiny
+        return rng.standard_normal((*shape[:-2], 1, 1) if tiny else shape)
+
+    def weight(w):
+        return rng.standard_normal((1, 1)) if tiny else w
+
+    pairs = []
+    for m, n in steps:
+        m, n = positive_int("m", m), positive_int("n", n)
+        if n < m:
+            raise ValueError(f"n (keys) must be >= m (new positions), received m={m}, n={n}")
+        for layer in params.layers:
+            a = rand(m, params.d_model)
+            pairs += [(a, weight(layer["W_q"])), (a, weight(layer["W_k"])), (a, weight(layer["W_v"]))]
+            pairs.append((rand(h, m, d_k), rand(h, d_k, n)))  # q kᵀ
+            pairs.append((rand(h, m, n), rand(h, n, d_v)))  # p v
+            pairs.append((rand(m, h * d_v), weight(layer["W_o"])))
+            pairs += [(a, weight(layer["W_1"])), (rand(m, params.d_ff), weight(layer["W_2"]))]
+        pairs.append((rand(m, params.d_model), weight(params.W_out)))
+    return pairs
+
+
 def products_only(params: DecoderParams, steps, rng: np.random.Generator):
     """Just the matrix products of a sequence of decoder steps, to time them apart from the rest.
 
@@ -364,23 +395,7 @@ def products_only(params: DecoderParams, steps, rng: np.random.Generator):
     in the same order and nothing else (no embedding, layer norm, softmax, mask, residual,
     validation or cache writes); ``macs`` is their multiply-adds, counted from the operands.
     """
-    params = _check_params(params)
-    if not isinstance(rng, np.random.Generator):
-        raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
-    h, d_k, d_v = params.h, params.d_k, params.d_v
-    pairs = []
-    for m, n in steps:
-        m, n = positive_int("m", m), positive_int("n", n)
-        if n < m:
-            raise ValueError(f"n (keys) must be >= m (new positions), received m={m}, n={n}")
-        for layer in params.layers:
-            a = rng.standard_normal((m, params.d_model))
-            pairs += [(a, layer["W_q"]), (a, layer["W_k"]), (a, layer["W_v"])]
-            pairs.append((rng.standard_normal((h, m, d_k)), rng.standard_normal((h, d_k, n))))  # q kᵀ
-            pairs.append((rng.standard_normal((h, m, n)), rng.standard_normal((h, n, d_v))))  # p v
-            pairs.append((rng.standard_normal((m, h * d_v)), layer["W_o"]))
-            pairs += [(a, layer["W_1"]), (rng.standard_normal((m, params.d_ff)), layer["W_2"])]
-        pairs.append((rng.standard_normal((m, params.d_model)), params.W_out))
+    pairs = _product_operands(params, steps, rng, tiny=False)
     macs = sum(_matmul_macs(a, b) for a, b in pairs)
 
     def run() -> None:
@@ -388,6 +403,23 @@ def products_only(params: DecoderParams, steps, rng: np.random.Generator):
             np.matmul(a, b)
 
     return run, macs
+
+
+def calls_only(params: DecoderParams, steps, rng: np.random.Generator):
+    """The same ``np.matmul`` calls as :func:`products_only`, each on operands of one entry per matrix.
+
+    Returns ``(run, calls)``: ``run()`` makes as many calls as the products of ``steps`` have, in
+    the same order and with the same number of axes (the per-head products keep their ``h``
+    axis), but every matrix is 1 × 1, so the time of ``run()`` is the fixed cost of the calls
+    with almost no arithmetic and no data to move; ``calls`` is how many calls it makes.
+    """
+    pairs = _product_operands(params, steps, rng, tiny=True)
+
+    def run() -> None:
+        for a, b in pairs:
+            np.matmul(a, b)
+
+    return run, len(pairs)
 
 
 def kv_cache_values(n_layers: int, n_ctx: int, h_kv: int, d_k: int, d_v: int | None = None, batch: int = 1) -> int:
@@ -418,5 +450,6 @@ __all__ = [
     "greedy_generate",
     "decoding_macs",
     "products_only",
+    "calls_only",
     "kv_cache_values",
 ]
