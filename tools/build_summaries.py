@@ -65,7 +65,13 @@ def first_sentence(short: str) -> str:
 
 
 def table_cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    """One line, with no bare "|" (it would end the table cell): in math ``\\|`` becomes ``\\Vert``
+    and ``|`` becomes ``\\vert``; in text ``|`` is escaped."""
+    parts = re.split(r"(\$[^$]*\$)", " ".join(text.split()))
+    return "".join(
+        p.replace("\\|", "\\Vert ").replace("|", "\\vert ") if p.startswith("$") else p.replace("|", "\\|")
+        for p in parts
+    )
 
 
 def qualify_glue(text: str, path: Path) -> str:
