@@ -174,7 +174,7 @@ def multi_head_attention(
     mask : bool, broadcastable to (..., h, n_q, n_k): (n_q, n_k), or key padding (B, 1, 1, n_k)
     scale : defaults to 1/sqrt(d_k) with the per-head d_k.
     h_kv : number of key/value heads (keyword only); optional for :class:`MHAParams` (then it must
-        equal ``params.h_kv``), defaults to ``h`` for a plain dict. ``W_k`` must have ``h_kv·d_k`` columns.
+    equal ``params.h_kv``), defaults to ``h`` for a plain dict. ``W_k`` must have ``h_kv·d_k`` columns.
 
     Returns ``(output (..., n_q, d_model), weights (..., h, n_q, n_k))``.
     """

@@ -245,3 +245,15 @@ def test_directive_titles_do_not_break_their_fence(path):
     closing fence opens a code block that swallows the rest of the cell. Use a colon fence."""
     bad = BACKTICK_FENCE_WITH_BACKTICKS.findall(markdown(load(path)))
     assert not bad, f"use ':::{{admonition}} …' for titles with code: {bad}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_glue_keys_are_produced_once(path):
+    """A key glued twice warns in the build (and the prose would show whichever came last)."""
+    names = [
+        out.get("metadata", {}).get("scrapbook", {}).get("name")
+        for cell in load(path)["cells"]
+        for out in cell.get("outputs", [])
+    ]
+    names = [n for n in names if n]
+    assert len(names) == len(set(names)), f"glued twice: {sorted({n for n in names if names.count(n) > 1})}"
