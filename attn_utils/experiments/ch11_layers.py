@@ -393,7 +393,7 @@ def attention_input_jacobians(x, params: dict, mask=None, i: int | None = None, 
     """Exact ``∂y_i/∂x_j`` of a one-head :func:`self_attention_layer` for every ``j``, in closed form.
 
     With ``q = xW_q, k = xW_k, v = xW_v``, weights ``p_i·`` of query ``i`` and ``v̄_i = Σ_m p_im v_m``:
-    ``∂y_i/∂x_j = [p_ij (W_v + W_k q_iᵀ (v_j − v̄_i)/√d_k) + 𝟙[j=i] W_q Σ_l p_il k_lᵀ (v_l − v̄_i)/√d_k] W_o``
+    ``∂y_i/∂x_j = [p_ij (W_v + W_k q_iᵀ (v_j − v̄_i)/√d_k) + [j = i] W_q Σ_l p_il k_lᵀ (v_l − v̄_i)/√d_k] W_o``
     as the matrix that multiplies a row perturbation ``δx_j`` from the right. A logit ``bias`` (n, n)
     that does not depend on ``x`` (:func:`biased_attention_layer`) changes only the weights ``p``.
 
