@@ -29,6 +29,9 @@ def softmax_core(x, axis: int = -1, mask=None):
     if mask is not None:
         x = anp.where(mask, x, -anp.inf)
     big = np.max(getval(x), axis=axis, keepdims=True)
+    if np.isfinite(big).all():  # every row keeps a key, so every sum is >= 1: the lean graph
+        e = anp.exp(x - big)
+        return e / anp.sum(e, axis=axis, keepdims=True)
     big[~np.isfinite(big)] = 0.0  # a fully masked row: every exp below is exp(-inf) = 0
     e = anp.exp(x - big)
     total = anp.sum(e, axis=axis, keepdims=True)

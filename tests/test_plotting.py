@@ -66,26 +66,42 @@ def test_attention_heatmap_rejects_non_2d(shape):
         attention_heatmap(ax, np.zeros(shape))
 
 
-def test_glue_number_formats_and_glues(monkeypatch):
-    import myst_nb
+def _displayed(monkeypatch):
+    """Record what IPython would display (the glue outputs)."""
+    import IPython.display
 
     calls = []
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.append((name, value, display)))
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False, metadata=None: calls.append((obj, metadata)))
+    return calls
+
+
+def test_glue_writes_what_myst_nb_glue_writes(monkeypatch):
+    """The same output bundle and metadata as myst_nb.glue(name, text, display=False)."""
+    import myst_nb.ext.glue as mg
+
+    ours = _displayed(monkeypatch)
+    glue.glue_text("frac", "1/9")
+    theirs = []
+    monkeypatch.setattr(mg, "ipy_display", lambda obj, raw=False, metadata=None: theirs.append((obj, metadata)))
+    mg.glue("frac", "1/9", display=False)
+    assert ours == theirs and glue.GLUE_PREFIX == mg.GLUE_PREFIX
+
+
+def test_glue_number_formats_and_glues(monkeypatch):
+    calls = _displayed(monkeypatch)
     out = glue.glue_number("var_ratio", np.float64(1.00321))
     assert out == "1"  # format(1.00321, ".3g")
     assert glue.glue_number("p_max", np.float64(0.5761168847658291), ".4f") == "0.5761"
-    assert calls == [("var_ratio", out, False), ("p_max", "0.5761", False)]
-    assert all(type(v) is str for _, v, _ in calls)  # never a numpy scalar
-    assert "np.float64" not in "".join(v for _, v, _ in calls)
+    assert glue.glue_number("acc", 0.42, ".2f", approx=True) == "≈0.42"
+    texts = [bundle[glue.GLUE_PREFIX + "text/plain"] for bundle, _ in calls]
+    assert texts == ["'1'", "'0.5761'", "'≈0.42'"]  # a str's repr: never np.float64(...)
+    assert [meta["scrapbook"]["name"] for _, meta in calls] == ["var_ratio", "p_max", "acc"]
 
 
 def test_glue_text(monkeypatch):
-    import myst_nb
-
-    calls = []
-    monkeypatch.setattr(myst_nb, "glue", lambda name, value, display=True: calls.append((name, value, display)))
+    calls = _displayed(monkeypatch)
     assert glue.glue_text("frac", "1/9") == "1/9"
-    assert calls == [("frac", "1/9", False)]
+    assert calls[0][0] == {glue.GLUE_PREFIX + "text/plain": "'1/9'"}
 
 
 def test_importing_attn_utils_does_not_import_matplotlib():

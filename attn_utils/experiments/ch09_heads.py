@@ -25,7 +25,7 @@ import numpy as np
 
 from ..attention import scaled_dot_product_attention
 from ..harness.tasks import IGNORE, Task, TaskBatch
-from ..harness.training import ModelConfig, evaluate, forward
+from ..harness.training import ModelConfig, adam, evaluate, forward
 from ..multihead import split_heads
 from ..softmax import softmax
 from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
@@ -162,19 +162,13 @@ def fit_attention_pattern(
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator, received {type(rng).__name__}")
     n_q, n_k = t.shape
-    theta = [rng.standard_normal((restarts, n_q, d_k)), rng.standard_normal((restarts, n_k, d_k))]
-    m = [np.zeros_like(a) for a in theta]
-    v = [np.zeros_like(a) for a in theta]
-    b1, b2, eps = 0.9, 0.999, 1e-12
-    for step in range(1, steps + 1):
-        q, k = theta
+    theta = {"q": rng.standard_normal((restarts, n_q, d_k)), "k": rng.standard_normal((restarts, n_k, d_k))}
+    step = adam(theta, lr, eps=1e-12)  # the book's one Adam
+    for t_step in range(1, steps + 1):
+        q, k = theta["q"], theta["k"]
         g = (softmax(q @ np.swapaxes(k, -1, -2)) - t) / n_q  # (R, n_q, n_k)
-        grads = [g @ k, np.swapaxes(g, -1, -2) @ q]
-        for i in range(2):
-            m[i] = b1 * m[i] + (1 - b1) * grads[i]
-            v[i] = b2 * v[i] + (1 - b2) * grads[i] ** 2
-            theta[i] = theta[i] - lr * (m[i] / (1 - b1**step)) / (np.sqrt(v[i] / (1 - b2**step)) + eps)
-    q, k = theta
+        theta = step(theta, {"q": g @ k, "k": np.swapaxes(g, -1, -2) @ q}, t_step)
+    q, k = theta["q"], theta["k"]
     p = softmax(q @ np.swapaxes(k, -1, -2))
     kl = _row_kl(t, p)
     best = int(np.argmin(kl))
