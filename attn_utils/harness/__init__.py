@@ -3,67 +3,12 @@ with their multiply-add counts (:mod:`.layers`) and small attention models train
 vectorised over seeds (:mod:`.training`: one loop, one Adam, one SGD, one score registry).
 
 Chapters use it as ``from attn_utils import harness as hz``: ``hz.train``, ``hz.recall_task`` …
+Every public name of the three modules (their ``__all__``) is available here.
 """
 
-from .layers import (
-    attention_macs,
-    conv1d_layer,
-    conv_macs,
-    init_conv_params,
-    init_rnn_params,
-    rnn_layer,
-    rnn_macs,
-    self_attention_layer,
-)
-from .tasks import IGNORE, Task, TaskBatch, copy_task, keyword_task, previous_token_task, recall_task, two_relation_task
-from .training import (
-    SCORES,
-    ModelConfig,
-    ScoreSpec,
-    TrainResult,
-    adam,
-    attention_weights,
-    evaluate,
-    forward,
-    init_params,
-    loss,
-    per_seed_loss,
-    query_key_vectors,
-    register_score,
-    sgd,
-    train,
-)
+from . import layers, tasks, training
+from .layers import *  # noqa: F403
+from .tasks import *  # noqa: F403
+from .training import *  # noqa: F403
 
-__all__ = [
-    "IGNORE",
-    "Task",
-    "TaskBatch",
-    "copy_task",
-    "keyword_task",
-    "previous_token_task",
-    "recall_task",
-    "two_relation_task",
-    "attention_macs",
-    "rnn_macs",
-    "conv_macs",
-    "self_attention_layer",
-    "init_rnn_params",
-    "rnn_layer",
-    "init_conv_params",
-    "conv1d_layer",
-    "SCORES",
-    "ScoreSpec",
-    "register_score",
-    "ModelConfig",
-    "TrainResult",
-    "init_params",
-    "forward",
-    "attention_weights",
-    "evaluate",
-    "loss",
-    "per_seed_loss",
-    "query_key_vectors",
-    "adam",
-    "sgd",
-    "train",
-]
+__all__ = [*layers.__all__, *tasks.__all__, *training.__all__]
