@@ -127,7 +127,9 @@ def cheatsheet() -> str:
             global_citations(qualify_glue(short.group(1).strip(), path)),
             "",
         ]
-    out += [*rows, "", "## The short answers · 简答", "", *shorts]
+    # PDF: fixed column widths, so LaTeX wraps every cell inside the text width.
+    widths = "```{tabularcolumns} |\\Y{0.04}|\\Y{0.18}|\\Y{0.34}|\\Y{0.22}|\\Y{0.22}|\n```"
+    out += [widths, "", *rows, "", "## The short answers · 简答", "", *shorts]
     return "\n".join(out).rstrip() + "\n"
 
 
