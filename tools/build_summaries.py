@@ -127,9 +127,11 @@ def cheatsheet() -> str:
             global_citations(qualify_glue(short.group(1).strip(), path)),
             "",
         ]
-    # PDF: fixed column widths, so LaTeX wraps every cell inside the text width.
+    # PDF: fixed column widths, so LaTeX wraps every cell inside the text width;
     widths = "```{tabularcolumns} |\\Y{0.04}|\\Y{0.18}|\\Y{0.34}|\\Y{0.22}|\\Y{0.22}|\n```"
-    out += [widths, "", *rows, "", "## The short answers · 简答", "", *shorts]
+    # A longtable, so that LaTeX can break the table across pages.
+    table = ["```{table}", ":class: longtable", "", *rows, "```"]
+    out += [widths, "", *table, "", "## The short answers · 简答", "", *shorts]
     return "\n".join(out).rstrip() + "\n"
 
 
