@@ -5,16 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from attn_utils import (
-    MonteCarloMoments,
-    SeedSummary,
-    check,
-    check_allclose,
-    check_bound,
-    check_count,
-    check_seeds,
-    mc_moments,
-)
+from attn_utils import MonteCarloMoments, SeedSummary, mc_moments  # re-exported at the top level
+from attn_utils.book.checks import check, check_allclose, check_bound, check_count, check_seeds
 
 # ---------------------------------------------------------------- check
 
