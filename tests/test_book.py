@@ -257,3 +257,15 @@ def test_glue_keys_are_produced_once(path):
     ]
     names = [n for n in names if n]
     assert len(names) == len(set(names)), f"glued twice: {sorted({n for n in names if names.count(n) > 1})}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_no_bare_display_outputs(path):
+    """A cell ending in an expression (e.g. a glue call) prints its value on the page: a stray
+    "'16.01'" under a check. Issue 12: end such cells with an assignment (``_ = ...``)."""
+    bare = [
+        i
+        for i, cell in enumerate(load(path)["cells"])
+        if any(out.get("output_type") == "execute_result" for out in cell.get("outputs", []))
+    ]
+    assert not bare, f"cells with a bare display output: {bare}"
