@@ -6,6 +6,8 @@ Usage: python tools/build_summaries.py [--check]
   every chapter's "Short answer" box in English and Chinese, linking to the chapter. The one-line
   answer is the short answer's first sentence; the formula and the number come from the chapter
   notebook's metadata ``"cheatsheet": {"formula": "$…$", "remember": "… {glue:text}`key` …"}``.
+- chapters/*.ipynb: right after each chapter's short answer, a small "at a glance" table of the
+  same formula and number (the chapter's first screen shows them).
 - wrong_answers.md: every "(wrong-…)=" target in a chapter's "Common wrong answers" section, with
   the paragraph that states and corrects the claim, linking to the cell that refutes it.
 
@@ -166,6 +168,40 @@ def wrong_answers() -> str:
 
 PAGES = {"cheatsheet.md": cheatsheet, "wrong_answers.md": wrong_answers}
 
+GLANCE_START = "% at a glance: generated from the notebook's cheatsheet metadata (make summaries)"
+GLANCE_END = "% end of at a glance"
+GLANCE = re.compile(re.escape(GLANCE_START) + r".*?" + re.escape(GLANCE_END) + r"\n?", re.S)
+
+
+def at_a_glance(sheet: dict) -> str:
+    """The small table under a chapter's short answer: its formula and the number to remember."""
+    return "\n".join(
+        [
+            GLANCE_START,
+            "| Formula | Number to remember |",
+            "| --- | --- |",
+            f"| {table_cell(sheet['formula'])} | {table_cell(sheet['remember'])} |",
+            GLANCE_END,
+            "",
+        ]
+    )
+
+
+def with_glance(path: Path) -> tuple[str, str]:
+    """The notebook's text now, and with its at-a-glance table right after the short answer."""
+    raw = path.read_text(encoding="utf-8")
+    nb = json.loads(raw)
+    cell = nb["cells"][0]
+    text = GLANCE.sub("", "".join(cell["source"]))
+    short = SHORT.search(text)
+    if short is None:
+        raise SystemExit(f"{path.name}: the short answer must be in the first cell")
+    end = short.end()
+    text = text[:end] + "\n\n" + at_a_glance(nb["metadata"]["cheatsheet"]) + text[end:].lstrip("\n")
+    cell["source"] = text.rstrip("\n").splitlines(keepends=True)
+    return raw, json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
 if __name__ == "__main__":
     check = "--check" in sys.argv[1:]
     stale = []
@@ -178,5 +214,13 @@ if __name__ == "__main__":
         else:
             path.write_text(text, encoding="utf-8")
             print(f"wrote {name}")
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        now, wanted = with_glance(path)
+        if check:
+            if now != wanted:
+                stale.append(path.name)
+        elif now != wanted:
+            path.write_text(wanted, encoding="utf-8")
+            print(f"wrote the at-a-glance table of {path.name}")
     if stale:
         sys.exit(f"out of date: {', '.join(stale)} (run: python tools/build_summaries.py)")
