@@ -164,7 +164,7 @@ def _layer_edges(
         return np.asarray(a, bool), None
     if kind == "rnn":
         return i == j, j == i - 1
-    lag, step = i - j, min(dilation_base**layer, n)  # dilation Δ = dilation_base**layer; Δ ≥ n leaves only lag 0
+    lag, step = i - j, min(dilation_base**layer, n)  # dilation ν = dilation_base**layer; ν ≥ n leaves only lag 0
     return (lag >= 0) & (lag % step == 0) & (lag // step < w), None
 
 
@@ -191,7 +191,7 @@ def layer_graph(
       (and ``j < i + r`` when not causal) — restricted self-attention.
     * ``"rnn"``: ``(ℓ, i)`` and ``(ℓ+1, i−1)`` — one input edge and the recurrent edge.
     * ``"conv"``: causal, kernel width ``w`` (the argument ``k`` of :func:`attn_utils.harness.init_conv_params`);
-      layer ``ℓ = 0, 1, …`` has dilation ``Δ = dilation_base**ℓ`` (``1`` = contiguous kernels;
+      layer ``ℓ = 0, 1, …`` has dilation ``ν = dilation_base**ℓ`` (``1`` = contiguous kernels;
       ``w`` = receptive field ``w**L`` after ``L`` layers).
     """
     n, w, dilation_base, window = _check_kind(kind, n, w, dilation_base, window)

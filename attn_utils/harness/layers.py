@@ -124,10 +124,10 @@ def init_conv_params(rng: np.random.Generator, d: int, k: int, *, d_in: int | No
 
 
 def conv1d_layer(x, params: dict, *, dilation: int = 1) -> np.ndarray:
-    """Causal 1-D convolution ``y_i = b + Σ_{m=0}^{w−1} x_{i−(w−1−m)Δ} W_m`` (zero before position 0).
+    """Causal 1-D convolution ``y_i = b + Σ_{m=0}^{w−1} x_{i−(w−1−m)ν} W_m`` (zero before position 0).
 
-    x : (..., n, d_in); params : ``W (w, d_in, d)`` (kernel width ``w``), ``b (d,)``; dilation ``Δ ≥ 1``.
-    Output i sees inputs ``i−(w−1)Δ, …, i−Δ, i``. Computed as one product of the ``(n, w·d_in)``
+    x : (..., n, d_in); params : ``W (w, d_in, d)`` (kernel width ``w``), ``b (d,)``; dilation ``ν ≥ 1``.
+    Output i sees inputs ``i−(w−1)ν, …, i−ν, i``. Computed as one product of the ``(n, w·d_in)``
     window matrix with ``W`` reshaped to ``(w·d_in, d)``: ``n·w·d_in·d`` multiply-adds.
     """
     x = as_float_array("x", x, min_ndim=2)
