@@ -190,6 +190,10 @@ def test_short_answer_fits_30_seconds_in_both_languages(path):
     assert ZH_POINTS in body, f"the short answer needs a Chinese version after '{ZH_POINTS}'"
     english, chinese = body.split(ZH_POINTS, 1)
     assert english_words(english) <= 80, f"short answer has {english_words(english)} English words (at most 80)"
+    # Counted the strict way too: every Latin-script token in the whole box, the Chinese summary's
+    # English terms included, so that the box stays short to read aloud in either language.
+    latin = [t for t in CJK.sub(" ", re.sub(r"\$[^$]+\$", " F ", body)).split() if re.search(r"[A-Za-z0-9]", t)]
+    assert len(latin) <= 80, f"the short answer box holds {len(latin)} Latin-script words (at most 80)"
     assert len(CJK.findall(chinese)) >= 30, "the 中文要点 should carry the same content as the English"
 
 
