@@ -197,6 +197,18 @@ def test_short_answer_fits_30_seconds_in_both_languages(path):
     assert len(CJK.findall(chinese)) >= 30, "the 中文要点 should carry the same content as the English"
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_cheatsheet_row_fits_one_line(path):
+    """Issue 14: the cheat sheet's row for a chapter is a few words of question and a one-line answer
+    (notebook metadata "cheatsheet"), so that the whole table is read at a glance."""
+    sheet = load(path).get("metadata", {}).get("cheatsheet", {})
+    assert set(sheet) >= {"ask", "answer", "formula", "remember"}, f"cheatsheet metadata has only {sorted(sheet)}"
+    assert "$" not in sheet["ask"], "the question is a link title: no math in it"
+    assert english_words(sheet["ask"]) <= 8, f"question has {english_words(sheet['ask'])} words (at most 8)"
+    assert english_words(sheet["answer"]) <= 16, f"answer has {english_words(sheet['answer'])} words (at most 16)"
+    assert english_words(sheet["remember"]) <= 28, f"number to remember has {english_words(sheet['remember'])} words"
+
+
 EXPERIMENT_IMPORT = re.compile(r"from attn_utils\.experiments import (ch\d\d_\w+) as ex")
 SHOWN_CODE = re.compile(r"```\{literalinclude\} \.\./attn_utils/experiments/(ch\d\d_\w+)\.py\n:pyobject: (\w+)")
 

@@ -10,14 +10,21 @@ from hypothesis import strategies as st
 from attn_utils import harness as hz
 from attn_utils.experiments.ch06_bottleneck import (
     bag_accuracy_bound,
+    copy_tokens,
     fano_bits,
     ids_to_words,
     keyword_attention_mass,
     keyword_vocabulary,
+    linear_code_init,
+    linear_code_logits,
+    linear_code_loss_and_grad,
     pack_tokens,
+    pick_learning_rate,
+    position_accuracy,
     relative_loss_drop,
     superposition_copy_accuracy,
     tokens_per_coordinate,
+    train_linear_code,
     unpack_tokens,
     with_uniform_attention,
     words_to_ids,
@@ -203,3 +210,114 @@ def test_relative_loss_drop_validates():
         relative_loss_drop(np.ones((10, 2)), 6)
     with pytest.raises(ValueError, match="finite"):
         relative_loss_drop(np.array([[1.0], [np.nan], [1.0], [1.0]]), 1)
+
+
+# ---------------------------------------------------------------- the learned linear code
+
+
+def test_copy_tokens_are_the_harness_copy_task_tokens():
+    task = hz.copy_task(5, 8)
+    xs, _ = hz.step_batches(task, (3, 9), 7, 4)  # (steps, S, B, n)
+    ours = copy_tokens((3, 9), 1, 28, 5, 8).reshape(2, 7, 4, 5).swapaxes(0, 1)
+    np.testing.assert_array_equal(xs[..., :5], ours)
+    held = hz.seed_batches(task, (3, 9), 2, 50)
+    np.testing.assert_array_equal(held.x[..., :5], copy_tokens((3, 9), 2, 50, 5, 8))
+
+
+def test_linear_code_init_is_a_random_code_read_by_matched_filter():
+    p = linear_code_init([4, 11], m=3, vocab=5, d=64)
+    assert p["C"].shape == (2, 15, 64) and p["D"].shape == (2, 64, 15) and p["b"].shape == (2, 1, 15)
+    np.testing.assert_array_equal(p["D"], p["C"].transpose(0, 2, 1))
+    assert not p["b"].any()
+    assert np.mean(np.sum(p["C"] ** 2, axis=-1)) == pytest.approx(1.0, abs=0.1)  # N(0, 1/d) entries: unit norm
+    np.testing.assert_array_equal(linear_code_init([11], 3, 5, 64)["C"][0], p["C"][1])  # per seed, not per call
+
+
+def test_linear_code_logits_sum_one_vector_per_position_and_token():
+    rng = np.random.default_rng(0)
+    p = linear_code_init([0], m=3, vocab=4, d=5)
+    p = {k: v + 0.1 * rng.standard_normal(v.shape) for k, v in p.items()}
+    s = rng.integers(0, 4, size=(1, 6, 3))
+    logits = linear_code_logits(p, s, 4)
+    for b in range(6):
+        z = sum(p["C"][0, j * 4 + s[0, b, j]] for j in range(3))
+        expected = (z @ p["D"][0] + p["b"][0, 0]).reshape(3, 4)
+        np.testing.assert_allclose(logits[0, b], expected, rtol=1e-12, atol=1e-12)
+
+
+def test_linear_code_gradient_matches_finite_differences():
+    rng = np.random.default_rng(1)
+    p = linear_code_init([1, 2], m=3, vocab=4, d=5)
+    p = {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in p.items()}
+    s = rng.integers(0, 4, size=(2, 6, 3))
+    loss, grads = linear_code_loss_and_grad(p, s, 4)
+    logits = linear_code_logits(p, s, 4)
+    logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+    np.testing.assert_allclose(loss, -np.take_along_axis(logp, s[..., None], -1).mean(axis=(1, 2, 3)), rtol=1e-12)
+    for k in p:
+        num = np.zeros_like(p[k])
+        for idx in np.ndindex(p[k].shape):
+            for sign in (1, -1):
+                q = {kk: v.copy() for kk, v in p.items()}
+                q[k][idx] += sign * 1e-6
+                num[idx] += sign * linear_code_loss_and_grad(q, s, 4)[0].sum() / 2e-6
+        np.testing.assert_allclose(grads[k], num, atol=1e-8, rtol=1e-6)
+
+
+def test_train_linear_code_first_step_is_adam_and_rates_do_not_interact():
+    two = train_linear_code(
+        3, 4, 5, seeds=[0, 1], lrs=[0.05, 0.001], steps=3, batch_size=8, eval_size=16, n_checkpoints=3
+    )
+    assert two.loss.shape == (3, 2, 2) and two.accuracy.shape == (2, 2) and two.curve.shape == (3, 2, 2)
+    np.testing.assert_array_equal(two.checkpoints, [1, 2, 3])
+    for i, lr in enumerate((0.05, 0.001)):
+        one = train_linear_code(3, 4, 5, seeds=[0, 1], lrs=lr, steps=3, batch_size=8, eval_size=16, n_checkpoints=3)
+        np.testing.assert_allclose(two.loss[:, i], one.loss[:, 0], rtol=1e-12)
+        for k in one.params:
+            np.testing.assert_allclose(two.params[k][i], one.params[k][0], rtol=1e-12, atol=1e-15)
+    # Adam's first step moves every parameter with a non-zero gradient by lr·g/(|g| + 1e-8) ≈ ±lr
+    first = train_linear_code(3, 4, 5, seeds=[0], lrs=0.01, steps=1, batch_size=8, eval_size=16, n_checkpoints=1)
+    start = linear_code_init([0], 3, 4, 5)
+    s = copy_tokens([0], 1, 8, 3, 4)
+    _, g = linear_code_loss_and_grad(start, s, 4)
+    for k in start:
+        expected = start[k] - 0.01 * g[k] / (np.abs(g[k]) + 1e-8)
+        np.testing.assert_allclose(first.params[k][0], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_train_linear_code_learns_a_short_copy_and_beats_the_random_start():
+    run = train_linear_code(2, 8, 8, seeds=[0, 1], lrs=0.1, steps=200, batch_size=32, eval_size=256, n_checkpoints=4)
+    assert run.accuracy.min() == 1.0
+    assert np.all(np.diff(run.curve[:, 0].mean(axis=1)) >= -0.01)
+
+
+def test_train_linear_code_validates():
+    with pytest.raises(ValueError, match="n_checkpoints"):
+        train_linear_code(2, 4, 4, [0], 0.1, steps=3, n_checkpoints=4)
+    with pytest.raises(ValueError, match="lrs"):
+        train_linear_code(2, 4, 4, [0], [0.1, -1.0], steps=3, n_checkpoints=1)
+    with pytest.raises(ValueError, match="seeds"):
+        train_linear_code(2, 4, 4, [0, 0], 0.1, steps=3, n_checkpoints=1)
+
+
+def test_pick_learning_rate_best_accuracy_then_lower_loss():
+    lrs = (0.01, 0.03, 0.1)
+    acc = np.array([[0.9, 0.9], [1.0, 1.0], [1.0, 1.0]])
+    loss = np.array([[0.5, 0.5], [0.2, 0.2], [0.1, np.nan]])  # a diverged seed counts as infinite loss
+    assert pick_learning_rate(lrs, acc, loss) == 1
+    assert pick_learning_rate(lrs, acc, np.array([[0.5, 0.5], [0.2, 0.2], [0.1, 0.1]])) == 2
+    assert pick_learning_rate(lrs, np.array([[0.5, 0.7], [0.6, 0.5], [0.2, 0.2]]), np.ones((3, 2))) == 0
+    with pytest.raises(ValueError, match="shape"):
+        pick_learning_rate(lrs, acc[:2], loss[:2])
+
+
+def test_position_accuracy_averages_to_the_run_accuracy():
+    run = train_linear_code(4, 8, 2, seeds=[0, 1], lrs=[0.03, 0.1], steps=150, eval_size=128, n_checkpoints=2)
+    for rate in (0, 1):
+        per = position_accuracy(run, rate)
+        assert per.shape == (2, 4)
+        np.testing.assert_allclose(per.mean(axis=1), run.accuracy[rate], rtol=1e-12)
+    with pytest.raises(ValueError, match="rate"):
+        position_accuracy(run, 2)
+    with pytest.raises(TypeError, match="CodeRun"):
+        position_accuracy(object())

@@ -2,10 +2,10 @@
 
 Usage: python tools/build_summaries.py [--check]
 
-- cheatsheet.md: a one-screen table (question | one-line answer | formula | number to remember), then
-  every chapter's "Short answer" box in English and Chinese, linking to the chapter. The one-line
-  answer is the short answer's first sentence; the formula and the number come from the chapter
-  notebook's metadata ``"cheatsheet": {"formula": "$…$", "remember": "… {glue:text}`key` …"}``.
+- cheatsheet.md: a compact table (question | one-line answer | formula | number to remember), then
+  every chapter's "Short answer" box in English and Chinese, linking to the chapter. The row comes
+  from the chapter notebook's metadata ``"cheatsheet": {"ask": …, "answer": …, "formula": "$…$",
+  "remember": "… {glue:text}`key` …"}``.
 - chapters/*.ipynb: right after each chapter's short answer, a small "at a glance" table of the
   same formula and number (the chapter's first screen shows them).
 - wrong_answers.md: every "(wrong-…)=" target in a chapter's "Common wrong answers" section, with
@@ -45,27 +45,6 @@ def chapters():
         yield path, md
 
 
-ZH_POINTS = "**中文要点：**"
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(])")
-
-
-def first_sentence(short: str) -> str:
-    """The short answer's first sentence (it answers the question on its own, issue 14)."""
-    english = short.split(ZH_POINTS, 1)[0]
-    # Split only outside $…$ so a formula's "." never ends the sentence.
-    parts = re.split(r"(\$[^$]*\$)", " ".join(english.split()))
-    text = ""
-    for part in parts:
-        if part.startswith("$"):
-            text += part
-            continue
-        cut = SENTENCE_END.search(part)
-        if cut:
-            return text + part[: cut.start()]
-        text += part
-    return text.strip()
-
-
 def table_cell(text: str) -> str:
     """One line, with no bare "|" (it would end the table cell): in math ``\\|`` becomes ``\\Vert``
     and ``|`` becomes ``\\vert``; in text ``|`` is escaped."""
@@ -94,17 +73,24 @@ def number_of(path: Path) -> int:
     return int(path.stem.split("_", 1)[0])
 
 
+# Notebook metadata "cheatsheet": the question in a few words, the answer in one line, the formula,
+# the number to remember. tests/test_book.py limits their length.
+SHEET_KEYS = ("ask", "answer", "formula", "remember")
+
+
 def cheatsheet() -> str:
     out = [
+        # The table needs the width: no "Contents" column on this page.
+        "---\nhtml_theme.sidebar_secondary.remove: true\n---\n",
         LATEX_UNNUMBERED,
         "# Cheat sheet · 速查表",
         "",
         "Every question of the book in one table: the answer in one line, the formula and the number to",
         "remember (computed in the chapter). Below it, each chapter's short answer in English and in",
-        "Chinese; every title links to the chapter with the derivation, the checks and the figures.",
+        "Chinese; every question links to the chapter with the derivation, the checks and the figures.",
         "",
     ]
-    rows = ["| | Question | One-line answer | Formula | Remember |", "|---|---|---|---|---|"]
+    rows = ["| Question | Answer | Formula | Remember |", "|---|---|---|---|"]
     shorts = []
     for path, md, sheet in notebooks():
         label = LABEL.search(md).group(1)
@@ -112,13 +98,12 @@ def cheatsheet() -> str:
         short = SHORT.search(md)
         if not short:
             raise SystemExit(f"{path.name}: no Short answer admonition")
-        missing = {"formula", "remember"} - set(sheet)
+        missing = set(SHEET_KEYS) - set(sheet)
         if missing:
             raise SystemExit(f"{path.name}: notebook metadata 'cheatsheet' lacks {sorted(missing)}")
         cells = [
-            str(number_of(path)),
-            f"{{ref}}`{table_cell(title)} <{label}>`",
-            table_cell(first_sentence(short.group(1))),
+            f"{{ref}}`{number_of(path)}. {table_cell(sheet['ask'])} <{label}>`",
+            table_cell(sheet["answer"]),
             table_cell(sheet["formula"]),
             table_cell(sheet["remember"]),
         ]
@@ -130,9 +115,10 @@ def cheatsheet() -> str:
             "",
         ]
     # PDF: fixed column widths, so LaTeX wraps every cell inside the text width;
-    widths = "```{tabularcolumns} |\\Y{0.04}|\\Y{0.18}|\\Y{0.34}|\\Y{0.22}|\\Y{0.22}|\n```"
-    # A longtable, so that LaTeX can break the table across pages.
-    table = ["```{table}", ":class: longtable", "", *rows, "```"]
+    widths = "```{tabularcolumns} |\\Y{0.19}|\\Y{0.29}|\\Y{0.26}|\\Y{0.26}|\n```"
+    # A longtable, so that LaTeX can break the table across pages; on a phone reading.css stacks
+    # each row into a card.
+    table = ["```{table}", ":class: longtable cheatsheet-table", "", *rows, "```"]
     out += [widths, "", *table, "", "## The short answers · 简答", "", *shorts]
     return "\n".join(out).rstrip() + "\n"
 

@@ -10,7 +10,9 @@ What is here
 * Order blindness: :func:`bag_accuracy_bound` is the best expected per-token accuracy any
   permutation-invariant encoder can reach on the copy task.
 * A linear "mean-pool" code: :func:`superposition_copy_accuracy` sums one random vector per
-  (position, token) and decodes each position with a matched filter.
+  (position, token) and decodes each position with a matched filter; :func:`train_linear_code`
+  starts from that code and *learns* the vectors and a linear read-out (:class:`CodeRun`), and
+  :func:`pick_learning_rate` chooses a rate from a sweep.
 * The keyword toy of :func:`attn_utils.harness.tasks.keyword_task` with word labels
   (:func:`keyword_vocabulary`, :func:`words_to_ids`, :func:`ids_to_words`), the attention mass of
   the read-out position on the keyword (:func:`keyword_attention_mass`), and the same trained
@@ -24,6 +26,7 @@ Token sequences are integer arrays ``s : (batch, m)`` with entries in ``[0, voca
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -194,6 +197,208 @@ def superposition_copy_accuracy(rng, m: int, d: int, vocab: int, batch: int = 20
     return float((scores.argmax(axis=-1) == s).mean())
 
 
+# --------------------------------------------------------------------------- a learned linear code
+def linear_code_init(seeds, m: int, vocab: int, d: int) -> dict:
+    """Start of :func:`train_linear_code`: the random code of :func:`superposition_copy_accuracy`.
+
+    Returns ``{"C": (S, m·vocab, d), "D": (S, d, m·vocab), "b": (S, 1, m·vocab)}``: code vectors
+    ``c[j, v]`` (row ``j·vocab + v``) with i.i.d. ``N(0, 1/d)`` entries from
+    ``default_rng([seed, 0])``, the matched-filter read-out ``D = Cᵀ`` and zero biases, so the
+    untrained model *is* a random code decoded by matched filter.
+    """
+    seeds = tuple(int(s) for s in seeds)
+    m, vocab, d = positive_int("m", m), _vocab(vocab), positive_int("d", d)
+    if not seeds:
+        raise ValueError("seeds must not be empty")
+    C = np.stack([np.random.default_rng([s, 0]).standard_normal((m * vocab, d)) / np.sqrt(d) for s in seeds])
+    return {"C": C, "D": C.transpose(0, 2, 1).copy(), "b": np.zeros((len(seeds), 1, m * vocab))}
+
+
+def _one_hot_positions(s: np.ndarray, vocab: int) -> np.ndarray:
+    """``s (S, B, m)`` → ``(S, B, m·vocab)`` with a 1 at column ``j·vocab + s_j`` for every ``j``."""
+    S, B, m = s.shape
+    out = np.zeros((S, B, m * vocab))
+    np.put_along_axis(out, s + vocab * np.arange(m), 1.0, axis=2)
+    return out
+
+
+def linear_code_logits(params: dict, s, vocab: int) -> np.ndarray:
+    """Logits ``(S, B, m, vocab)`` of the learned linear code for tokens ``s (S, B, m)``.
+
+    Encoder: ``z = Σ_j c[j, s_j]`` (one vector of ``d`` numbers, a sum over positions); decoder:
+    position ``i``'s logits are ``z D_i + b_i`` (linear in ``z``).
+    """
+    s = np.asarray(s)
+    S, B, m = s.shape
+    z = _one_hot_positions(s, vocab) @ params["C"]
+    return (z @ params["D"] + params["b"]).reshape(S, B, m, vocab)
+
+
+def linear_code_loss_and_grad(params: dict, s, vocab: int) -> tuple[np.ndarray, dict]:
+    """Per-seed mean cross-entropy ``(S,)`` of copying ``s (S, B, m)`` and its gradient (hand-derived).
+
+    The gradient is that of the *sum* over seeds, so each seed's parameters get their own
+    loss's gradient (seeds do not interact), as in :func:`attn_utils.harness.train`.
+    """
+    s = np.asarray(s)
+    S, B, m = s.shape
+    hot = _one_hot_positions(s, vocab)  # (S, B, m·V)
+    z = hot @ params["C"]  # (S, B, d)
+    logits = z @ params["D"] + params["b"]  # (S, B, m·V)
+    # softmax per (seed, sequence, position) over the last vocab columns. Shifting by one maximum
+    # per seed instead of per row is exact too and much cheaper (small-axis reductions are slow);
+    # it is safe while a seed's logits span less than ~700, which the guard below checks.
+    shifted = logits - logits.reshape(S, -1).max(axis=1)[:, None, None]
+    e = np.exp(shifted)
+    total = (e.reshape(-1, vocab) @ np.ones(vocab)).reshape(S, B, m)
+    if not np.all(total > 0):
+        raise FloatingPointError("logits span too wide a range for the shared softmax shift")
+    loss = (np.log(total).reshape(S, -1).sum(axis=1) - (shifted * hot).reshape(S, -1).sum(axis=1)) / (B * m)
+    g = (e / np.repeat(total, vocab, axis=2) - hot) / (B * m)  # ∂loss/∂logits, (S, B, m·V)
+    grads = {
+        "D": z.transpose(0, 2, 1) @ g,
+        "b": np.ones((S, 1, B)) @ g,
+        "C": hot.transpose(0, 2, 1) @ (g @ params["D"].transpose(0, 2, 1)),
+    }
+    return loss, grads
+
+
+def copy_tokens(seeds, stream: int, count: int, m: int, vocab: int) -> np.ndarray:
+    """The tokens ``s (S, count, m)`` of :func:`attn_utils.harness.copy_task` that the harness draws for
+    these seeds from ``default_rng([seed, stream])`` (stream 1: the training batches of
+    :func:`~attn_utils.harness.train`, in order; stream 2: its held-out sequences), without building
+    the delimiter, blanks and targets around them."""
+    m, vocab, count = positive_int("m", m), _vocab(vocab), positive_int("count", count)
+    return np.stack([np.random.default_rng([int(s), stream]).integers(0, vocab, size=(count, m)) for s in seeds])
+
+
+@dataclass
+class CodeRun:
+    """What :func:`train_linear_code` returns (``L`` learning rates × ``S`` seeds).
+
+    loss : (steps, L, S) training loss before each update; accuracy, eval_loss : (L, S) on the
+    held-out copy sequences of each seed (the ones :func:`attn_utils.harness.train` evaluates on);
+    curve : (K, L, S) held-out accuracy at the steps ``checkpoints`` (K,) (the last is ``steps``).
+    """
+
+    m: int
+    vocab: int
+    d: int
+    seeds: tuple
+    lrs: tuple
+    loss: np.ndarray
+    accuracy: np.ndarray
+    eval_loss: np.ndarray
+    curve: np.ndarray
+    checkpoints: np.ndarray
+    params: dict = field(repr=False)
+    eval_size: int = 512
+
+
+def position_accuracy(run: CodeRun, rate: int = 0) -> np.ndarray:
+    """Held-out accuracy of a trained code per output position, ``(S, m)``, at learning rate ``run.lrs[rate]``.
+
+    Its mean over positions is ``run.accuracy[rate]``. It shows *how* a code falls short: a little
+    at every position, or whole positions lost (near ``1/vocab``) while the others are exact.
+    """
+    if not isinstance(run, CodeRun):
+        raise TypeError(f"run must be a CodeRun, received {type(run).__name__}")
+    if not 0 <= int(rate) < len(run.lrs):
+        raise ValueError(f"rate must index run.lrs (0 … {len(run.lrs) - 1}), received {rate}")
+    held = copy_tokens(run.seeds, 2, run.eval_size, run.m, run.vocab)
+    params = {k: v[int(rate)] for k, v in run.params.items()}
+    return (linear_code_logits(params, held, run.vocab).argmax(axis=-1) == held).mean(axis=1)
+
+
+def train_linear_code(
+    m: int,
+    vocab: int,
+    d: int,
+    seeds,
+    lrs,
+    steps: int,
+    batch_size: int = 32,
+    eval_size: int = 512,
+    n_checkpoints: int = 8,
+) -> CodeRun:
+    """Train the learned linear code (:func:`linear_code_logits`) on the copy task, every seed at every rate.
+
+    Starts from :func:`linear_code_init` (the random code), then Adam (β = 0.9, 0.999, ε = 1e-8,
+    constant learning rate) on the *same* fresh batches and held-out sequences that
+    :func:`attn_utils.harness.train` uses for ``copy_task(m, vocab)`` and these seeds
+    (:func:`copy_tokens`), so a seed's attention model and its code see identical data.
+    ``lrs`` : learning rates, all trained in one vectorised loop. The held-out accuracy is also
+    recorded at ``n_checkpoints`` evenly spaced steps.
+    """
+    from ..harness.training import seed_tuple
+
+    m, vocab, d = positive_int("m", m), _vocab(vocab), positive_int("d", d)
+    steps, batch_size = positive_int("steps", steps), positive_int("batch_size", batch_size)
+    eval_size, n_checkpoints = positive_int("eval_size", eval_size), positive_int("n_checkpoints", n_checkpoints)
+    if n_checkpoints > steps:
+        raise ValueError(f"n_checkpoints must be <= steps = {steps}, received {n_checkpoints}")
+    seeds = seed_tuple(seeds)
+    lrs = tuple(float(lr) for lr in np.atleast_1d(lrs))
+    if not lrs or not all(np.isfinite(lr) and lr > 0 for lr in lrs):
+        raise ValueError(f"lrs must be positive learning rates, received {lrs}")
+    S, L = len(seeds), len(lrs)
+    xs = copy_tokens(seeds, 1, steps * batch_size, m, vocab).reshape(S, steps, batch_size, m).swapaxes(0, 1)
+    held = np.tile(copy_tokens(seeds, 2, eval_size, m, vocab), (L, 1, 1))  # (L·S, eval, m)
+    start = {k: np.tile(v, (L, 1, 1)) for k, v in linear_code_init(seeds, m, vocab, d).items()}
+    # all parameters of a slot in one flat row, so that each Adam step is a handful of array operations
+    theta = np.concatenate([v.reshape(L * S, -1) for v in start.values()], axis=1)  # (L·S, N)
+    bounds = np.cumsum([0] + [v[0].size for v in start.values()])
+    params = {k: theta[:, a:b].reshape(v.shape) for (k, v), a, b in zip(start.items(), bounds[:-1], bounds[1:])}
+    if not all(np.shares_memory(v, theta) for v in params.values()):  # pragma: no cover - numpy always gives views here
+        raise RuntimeError("parameter views of the flat vector were copied")
+    lr = np.repeat(np.array(lrs), S)[:, None]  # slot = (rate, seed), rate-major
+    mom, sq = np.zeros_like(theta), np.zeros_like(theta)
+    checkpoints = np.linspace(steps / n_checkpoints, steps, n_checkpoints).round().astype(int)
+    check_at = set(checkpoints.tolist())
+    losses, curve = np.empty((steps, L * S)), []
+    for t in range(1, steps + 1):
+        losses[t - 1], grads = linear_code_loss_and_grad(params, np.tile(xs[t - 1, :, :, :m], (L, 1, 1)), vocab)
+        g = np.concatenate([grads[k].reshape(L * S, -1) for k in params], axis=1)
+        mom *= 0.9
+        mom += 0.1 * g
+        sq *= 0.999
+        sq += 0.001 * (g * g)
+        theta -= lr * (mom / (1 - 0.9**t)) / (np.sqrt(sq / (1 - 0.999**t)) + 1e-8)  # updates the views in params
+        if t in check_at:
+            curve.append((linear_code_logits(params, held, vocab).argmax(axis=-1) == held).mean(axis=(1, 2)))
+    ev_loss, _ = linear_code_loss_and_grad(params, held, vocab)
+    return CodeRun(
+        m,
+        vocab,
+        d,
+        seeds,
+        lrs,
+        losses.reshape(steps, L, S),
+        curve[-1].reshape(L, S),
+        ev_loss.reshape(L, S),
+        np.array(curve).reshape(-1, L, S),
+        checkpoints,
+        {k: v.reshape((L, S) + v.shape[1:]) for k, v in params.items()},
+        eval_size,
+    )
+
+
+def pick_learning_rate(lrs, accuracy, loss) -> int:
+    """Index of the learning rate to use: highest mean held-out accuracy over seeds, ties
+    (equal to 1e-9) broken by the lower mean held-out loss. accuracy, loss : (L, S)."""
+    acc, lss = np.asarray(accuracy, dtype=float), np.asarray(loss, dtype=float)
+    lrs = tuple(lrs)
+    if acc.ndim != 2 or acc.shape != lss.shape or acc.shape[0] != len(lrs):
+        raise ValueError(
+            f"accuracy and loss must both have shape (len(lrs), S) = ({len(lrs)}, S); "
+            f"received {acc.shape} and {lss.shape}"
+        )
+    mean_acc = acc.mean(axis=1)
+    mean_loss = np.where(np.isfinite(lss), lss, np.inf).mean(axis=1)
+    best = mean_acc >= mean_acc.max() - 1e-9
+    return int(np.flatnonzero(best)[np.argmin(mean_loss[best])])
+
+
 # --------------------------------------------------------------------------- keyword toy
 def _keyword_options(task: Task) -> tuple[int, int]:
     if not isinstance(task, Task) or task.name != "keyword":
@@ -330,6 +535,14 @@ __all__ = [
     "fano_bits",
     "bag_accuracy_bound",
     "superposition_copy_accuracy",
+    "linear_code_init",
+    "linear_code_logits",
+    "linear_code_loss_and_grad",
+    "CodeRun",
+    "copy_tokens",
+    "train_linear_code",
+    "position_accuracy",
+    "pick_learning_rate",
     "keyword_vocabulary",
     "words_to_ids",
     "ids_to_words",

@@ -295,8 +295,8 @@ def greedy_head_pruning(
         base, parts = _per_head_logits(params, config, task, batch.x)  # (S, B, n, C), (S, H, B, n, C)
         y = np.asarray(batch.y)
 
-        def score(masks):  # masks (S, c, H) → (S, c) twice
-            logits = base[:, None] + np.einsum("sch,shbnk->scbnk", masks, parts, optimize=True)
+        def score(masks):  # masks (S, c, H) → (S, c) twice; 0/1 masks are exact in the model's dtype
+            logits = base[:, None] + np.einsum("sch,shbnk->scbnk", masks.astype(parts.dtype), parts, optimize=True)
             return _scored_onehot_stats(logits, y)
     else:
         tiled = {key: np.repeat(val, m, axis=0) for key, val in params.items()}  # copy c of seed s at s·m + c
