@@ -29,6 +29,8 @@ html: $(STAMP)
 pdf: $(STAMP)
 	$(BIN)/jupyter-book build . --builder pdflatex -W -n --keep-going
 	@! grep -n "Missing character" _build/latex/*.log || (echo "LaTeX dropped glyphs (see above)"; exit 1)
+	@awk '/Overfull \\hbox/ { w = $$3; gsub(/[(pt]/, "", w); if (w + 0 > 5) { print; bad = 1 } } END { exit bad }' \
+	  _build/latex/attention-derived.log || (echo "PDF: a line runs more than 5 pt into the margin (see above)"; exit 1)
 	@if [ -d _build/html ]; then cp _build/latex/attention-derived.pdf _build/html/; fi
 	@echo "PDF: $(CURDIR)/_build/latex/attention-derived.pdf"
 
