@@ -285,3 +285,37 @@ def test_no_bare_display_outputs(path):
         if any(out.get("output_type") == "execute_result" for out in cell.get("outputs", []))
     ]
     assert not bare, f"cells with a bare display output: {bare}"
+
+
+# Issue 14: letters the notation page reserves for one meaning, and the chapters where that meaning is
+# used. A chapter that needs such a letter for something else renames it (the notation page says so).
+MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$", re.S)
+RESERVED = {
+    "rho (correlation of a key with its query)": (re.compile(r"\\rho(?![A-Za-z])"), {"01", "04", "14"}),
+    "T (softmax temperature)": (re.compile(r"(?<![\\A-Za-z{])T(?![A-Za-z])"), {"02", "03"}),
+    "I written as arithmetic intensity (it is the identity)": (
+        re.compile(r"(?<!\\mathcal )(?<![\\A-Za-z])I(\^\*|_\\infty)"),
+        set(),
+    ),
+    "d_model written as bare d in a formula with d_k": (re.compile(r"d\s*=\s*d_\\text\{model\}"), set()),
+}
+
+
+def math_of(nb: dict) -> str:
+    cells = [c for c in nb["cells"] if c["cell_type"] == "markdown"]
+    text = "\n".join("".join(c["source"]) for c in cells)
+    text += "\n" + json.dumps(nb.get("metadata", {}).get("cheatsheet", {}))
+    return "\n".join(m.group(1) or m.group(2) for m in MATH.finditer(text))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_reserved_symbols_keep_their_meaning(path):
+    """Issue 14: one meaning per symbol. The letters the notation page reserves appear in a
+    chapter's mathematics only where they carry that meaning."""
+    maths = math_of(load(path))
+    for meaning, (pattern, allowed) in RESERVED.items():
+        found = pattern.search(maths)
+        if path.name[:2] not in allowed:
+            assert found is None, (
+                f"{meaning}: used in {path.name}: …{maths[max(found.start() - 40, 0) : found.end() + 40]}…"
+            )

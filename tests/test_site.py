@@ -102,6 +102,9 @@ window.addEventListener("load", async () => {
     report.outputs += 1;
     if (pre.scrollWidth > pre.clientWidth + 1) report.lines.push(pre.textContent.slice(0, 60));
   });
+  const sheet = document.querySelector("table.cheatsheet-table");
+  report.table_bottom = sheet ? sheet.getBoundingClientRect().bottom : null;
+  report.viewport_height = window.innerHeight;
   out.textContent = JSON.stringify(report);
   } catch (err) { out.textContent = JSON.stringify({error: String(err)}); }
   document.body.appendChild(out);
@@ -110,8 +113,8 @@ window.addEventListener("load", async () => {
 """
 
 
-def overflow_report(page: Path, width: int, tmp_path: Path) -> dict:
-    """Load a copy of ``page`` with the probe in headless Chromium at ``width`` CSS pixels."""
+def overflow_report(page: Path, width: int, tmp_path: Path, height: int = 900) -> dict:
+    """Load a copy of ``page`` with the probe in headless Chromium at ``width`` x ``height`` CSS pixels."""
     import json
 
     probe = page.with_name(f"_probe_{width}_{page.name}")
@@ -123,7 +126,7 @@ def overflow_report(page: Path, width: int, tmp_path: Path) -> dict:
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
-            f"--window-size={width},900",
+            f"--window-size={width},{height}",
             f"--user-data-dir={tmp_path}",
             "--proxy-server=127.0.0.1:9",
             "--virtual-time-budget=20000",
@@ -155,6 +158,18 @@ def test_nothing_is_cut_off_on_a_phone_or_a_laptop(page, tmp_path):
     phone = overflow_report(page, PHONE, tmp_path / "phone")
     assert not phone["cut"], f"equations cut off at {PHONE} px: {phone['cut']}"
     assert not phone["lines"], f"output lines overflow at {PHONE} px: {phone['lines']}"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed")
+def test_cheatsheet_table_fits_one_laptop_screen(tmp_path):
+    """Issue 14: the cheat sheet's table, all fifteen questions, is read without scrolling in a
+    1366 x 768 browser window (the table is the first thing on the page)."""
+    report = overflow_report(SITE / "cheatsheet.html", LAPTOP, tmp_path, height=768)
+    assert report["table_bottom"] is not None, "no cheat-sheet table on the page"
+    assert report["viewport_height"] == 768, report
+    assert report["table_bottom"] <= report["viewport_height"], (
+        f"the table ends at {report['table_bottom']:.0f} px, below the first screen (768 px)"
+    )
 
 
 def test_search_finds_chinese_words_and_english_stems():

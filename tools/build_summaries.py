@@ -80,14 +80,17 @@ SHEET_KEYS = ("ask", "answer", "formula", "remember")
 
 def cheatsheet() -> str:
     out = [
-        # The table needs the width: no "Contents" column on this page.
+        # The table needs the width, and it must fit one laptop screen (tests/test_site.py): neither
+        # the chapter list nor the "Contents" column on this page.
         "---\nhtml_theme.sidebar_secondary.remove: true\n---\n",
         LATEX_UNNUMBERED,
         "# Cheat sheet · 速查表",
         "",
+    ]
+    after = [
         "Every question of the book in one table: the answer in one line, the formula and the number to",
-        "remember (computed in the chapter). Below it, each chapter's short answer in English and in",
-        "Chinese; every question links to the chapter with the derivation, the checks and the figures.",
+        "remember, computed in the chapter. Each question links to its chapter, with the derivation, the",
+        "checks and the figures. Below, each chapter's short answer in English and in Chinese.",
         "",
     ]
     rows = ["| Question | Answer | Formula | Remember |", "|---|---|---|---|"]
@@ -119,7 +122,7 @@ def cheatsheet() -> str:
     # A longtable, so that LaTeX can break the table across pages; on a phone reading.css stacks
     # each row into a card.
     table = ["```{table}", ":class: longtable cheatsheet-table", "", *rows, "```"]
-    out += [widths, "", *table, "", "## The short answers · 简答", "", *shorts]
+    out += [widths, "", *table, "", *after, "## The short answers · 简答", "", *shorts]
     return "\n".join(out).rstrip() + "\n"
 
 

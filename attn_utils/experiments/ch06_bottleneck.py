@@ -150,7 +150,7 @@ def fano_bits(accuracy, vocab: int) -> np.ndarray:
     """Fano lower bound on the information (bits) a decoder's output carries about one token.
 
     For ``S`` uniform on ``vocab`` symbols and a guess ``Ŝ`` correct with probability ``p``,
-    ``I(S; Ŝ) ≥ log2(vocab) − h(1 − p) − (1 − p)·log2(vocab − 1)`` (``h`` the binary entropy).
+    ``MI(S; Ŝ) ≥ log2(vocab) − h(1 − p) − (1 − p)·log2(vocab − 1)`` (``h`` the binary entropy).
     The bound is 0 at ``p = 1/vocab`` and ``log2(vocab)`` at ``p = 1``; below chance it is
     clipped to 0. ``accuracy`` : any shape, values in ``[0, 1]``; returns the same shape.
     """
@@ -218,7 +218,7 @@ def _one_hot_positions(s: np.ndarray, vocab: int) -> np.ndarray:
     """``s (S, B, m)`` → ``(S, B, m·vocab)`` with a 1 at column ``j·vocab + s_j`` for every ``j``."""
     S, B, m = s.shape
     out = np.zeros((S, B, m * vocab))
-    np.put_along_axis(out, s + vocab * np.arange(m), 1.0, axis=2)
+    out.reshape(-1)[np.arange(0, s.size * vocab, vocab) + s.reshape(-1)] = 1.0  # row r of s·vocab + its token
     return out
 
 
@@ -244,17 +244,22 @@ def linear_code_loss_and_grad(params: dict, s, vocab: int) -> tuple[np.ndarray, 
     S, B, m = s.shape
     hot = _one_hot_positions(s, vocab)  # (S, B, m·V)
     z = hot @ params["C"]  # (S, B, d)
-    logits = z @ params["D"] + params["b"]  # (S, B, m·V)
+    shifted = z @ params["D"]  # the logits (S, B, m·V), shifted in place below
+    shifted += params["b"]
     # softmax per (seed, sequence, position) over the last vocab columns. Shifting by one maximum
     # per seed instead of per row is exact too and much cheaper (small-axis reductions are slow);
     # it is safe while a seed's logits span less than ~700, which the guard below checks.
-    shifted = logits - logits.reshape(S, -1).max(axis=1)[:, None, None]
+    shifted -= shifted.reshape(S, -1).max(axis=1)[:, None, None]
     e = np.exp(shifted)
     total = (e.reshape(-1, vocab) @ np.ones(vocab)).reshape(S, B, m)
     if not np.all(total > 0):
         raise FloatingPointError("logits span too wide a range for the shared softmax shift")
-    loss = (np.log(total).reshape(S, -1).sum(axis=1) - (shifted * hot).reshape(S, -1).sum(axis=1)) / (B * m)
-    g = (e / np.repeat(total, vocab, axis=2) - hot) / (B * m)  # ∂loss/∂logits, (S, B, m·V)
+    target = np.multiply(shifted, hot, out=shifted)  # the shifted logit of each target token (0 elsewhere)
+    loss = (np.log(total).reshape(S, -1).sum(axis=1) - target.reshape(S, -1).sum(axis=1)) / (B * m)
+    g = e  # ∂loss/∂logits = (softmax − one-hot) / (B·m), (S, B, m·V), computed in place
+    np.divide(g.reshape(S, B, m, vocab), total[..., None], out=g.reshape(S, B, m, vocab))
+    g -= hot
+    g /= B * m
     grads = {
         "D": z.transpose(0, 2, 1) @ g,
         "b": np.ones((S, 1, B)) @ g,
@@ -356,16 +361,25 @@ def train_linear_code(
     checkpoints = np.linspace(steps / n_checkpoints, steps, n_checkpoints).round().astype(int)
     check_at = set(checkpoints.tolist())
     losses, curve = np.empty((steps, L * S)), []
+    # buffers reused at every step (same arithmetic as fresh arrays, without the allocations)
+    held_hot = _one_hot_positions(held, vocab)  # built once: the held-out sequences never change
+    g, num, den = np.empty_like(theta), np.empty_like(theta), np.empty_like(theta)
+    grad_views = {k: g[:, a:b].reshape(v.shape) for (k, v), a, b in zip(start.items(), bounds[:-1], bounds[1:])}
     for t in range(1, steps + 1):
-        losses[t - 1], grads = linear_code_loss_and_grad(params, np.tile(xs[t - 1, :, :, :m], (L, 1, 1)), vocab)
-        g = np.concatenate([grads[k].reshape(L * S, -1) for k in params], axis=1)
+        losses[t - 1], grads = linear_code_loss_and_grad(params, np.tile(xs[t - 1], (L, 1, 1)), vocab)
+        for k, v in grads.items():
+            grad_views[k][...] = v  # g: all gradients in one flat row per slot, like theta
+        # Adam: mom = 0.9 mom + 0.1 g; sq = 0.999 sq + 0.001 g²; theta -= lr m̂ / (√ŝ + 1e-8)
         mom *= 0.9
-        mom += 0.1 * g
+        mom += np.multiply(g, 0.1, out=num)
         sq *= 0.999
-        sq += 0.001 * (g * g)
-        theta -= lr * (mom / (1 - 0.9**t)) / (np.sqrt(sq / (1 - 0.999**t)) + 1e-8)  # updates the views in params
+        sq += np.multiply(np.multiply(g, g, out=num), 0.001, out=num)
+        np.add(np.sqrt(np.divide(sq, 1 - 0.999**t, out=den), out=den), 1e-8, out=den)
+        np.multiply(lr, np.divide(mom, 1 - 0.9**t, out=num), out=num)
+        theta -= np.divide(num, den, out=num)  # updates the views in params
         if t in check_at:
-            curve.append((linear_code_logits(params, held, vocab).argmax(axis=-1) == held).mean(axis=(1, 2)))
+            logits = (held_hot @ params["C"]) @ params["D"] + params["b"]  # as linear_code_logits(params, held)
+            curve.append((logits.reshape(held.shape + (vocab,)).argmax(axis=-1) == held).mean(axis=(1, 2)))
     ev_loss, _ = linear_code_loss_and_grad(params, held, vocab)
     return CodeRun(
         m,
