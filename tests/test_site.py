@@ -167,8 +167,7 @@ def test_cheatsheet_table_fits_one_laptop_screen(tmp_path):
     report = overflow_report(SITE / "cheatsheet.html", LAPTOP, tmp_path, height=768)
     assert report["table_bottom"] is not None, "no cheat-sheet table on the page"
     assert report["table_bottom"] <= report["viewport_height"], (
-        f"the table ends at {report['table_bottom']:.0f} px, below the window's "
-        f"{report['viewport_height']} px"
+        f"the table ends at {report['table_bottom']:.0f} px, below the window's {report['viewport_height']} px"
     )
 
 
