@@ -44,6 +44,35 @@ def test_no_script_or_stylesheet_from_the_network(page):
     assert not remote, f"{page.name} loads {len(remote)} script/stylesheet(s) from the network"
 
 
+RAW_TEX = re.compile(r"\\[A-Za-z]+|\$[^$\s][^$]{0,60}\$")
+
+
+BACK_MATTER = [SITE / "cheatsheet.html", SITE / "wrong_answers.html", SITE / "bibliography.html"]
+
+
+@pytest.mark.parametrize("page", PAGES + BACK_MATTER, ids=lambda p: p.stem)
+def test_no_raw_latex_in_the_text(page):
+    """Math the page did not typeset shows as raw TeX (a line of a formula that starts with "- "
+    becomes a list item and splits the formula; a bibliography title keeps its dollars). Outside
+    math, code and scripts, a page's text contains no TeX command and no $...$."""
+    import html as html_lib
+
+    text = page.read_text(encoding="utf-8")
+    for pattern in (
+        r'<span class="math[^"]*">.*?</span>',
+        r'<div class="math[^"]*".*?</div>',
+        r"<pre.*?</pre>",
+        r"<code.*?</code>",
+        r"<script.*?</script>",
+        r"<style.*?</style>",
+        r"<head.*?</head>",
+    ):
+        text = re.sub(pattern, " ", text, flags=re.S)
+    text = html_lib.unescape(re.sub(r"<[^>]+>", " ", text))
+    found = RAW_TEX.search(text)
+    assert found is None, f"raw TeX on {page.name}: …{text[max(found.start() - 60, 0) : found.end() + 40]}…"
+
+
 def test_chapters_have_figures():
     for page in SITE.glob("chapters/*.html"):
         assert re.search(r'<img [^>]*src="[^"]+\.png"', page.read_text(encoding="utf-8")), f"no figure in {page.name}"

@@ -118,11 +118,15 @@ def cheatsheet() -> str:
             "",
         ]
     # PDF: fixed column widths, so LaTeX wraps every cell inside the text width;
-    widths = "```{tabularcolumns} |\\Y{0.19}|\\Y{0.29}|\\Y{0.26}|\\Y{0.26}|\n```"
+    # ragged right (narrow justified columns leave holes) and a smaller font, so the table is one page.
+    col = ">{{\\raggedright\\arraybackslash}}\\Y{{{}}}"
+    widths = "```{tabularcolumns} |" + "|".join(col.format(w) for w in (0.18, 0.3, 0.25, 0.27)) + "|\n```"
+    small = "```{raw} latex\n\\small\n```"
+    normal = "```{raw} latex\n\\normalsize\n```"
     # A longtable, so that LaTeX can break the table across pages; on a phone reading.css stacks
     # each row into a card.
     table = ["```{table}", ":class: longtable cheatsheet-table", "", *rows, "```"]
-    out += [widths, "", *table, "", *after, "## The short answers · 简答", "", *shorts]
+    out += [small, "", widths, "", *table, "", normal, "", *after, "## The short answers · 简答", "", *shorts]
     return "\n".join(out).rstrip() + "\n"
 
 
