@@ -149,10 +149,11 @@ def unpack_tokens(z, vocab: int, m: int, guess: int = 0) -> np.ndarray:
 def fano_bits(accuracy, vocab: int) -> np.ndarray:
     """Fano lower bound on the information (bits) a decoder's output carries about one token.
 
-    For ``S`` uniform on ``vocab`` symbols and a guess ``Ŝ`` correct with probability ``p``,
-    ``MI(S; Ŝ) ≥ log2(vocab) − h(1 − p) − (1 − p)·log2(vocab − 1)`` (``h`` the binary entropy).
-    The bound is 0 at ``p = 1/vocab`` and ``log2(vocab)`` at ``p = 1``; below chance it is
-    clipped to 0. ``accuracy`` : any shape, values in ``[0, 1]``; returns the same shape.
+    For a token ``x_j`` uniform on ``vocab`` symbols and a guess ``xhat_j`` correct with probability
+    ``a_j`` (``p`` below), ``MI(x_j; xhat_j) ≥ log2(vocab) − eta(1 − a_j) − (1 − a_j)·log2(vocab − 1)``
+    (``eta`` the binary entropy, ``h`` below). The bound is 0 at ``a_j = 1/vocab`` and ``log2(vocab)``
+    at ``a_j = 1``; below chance it is clipped to 0. ``accuracy`` : any shape, values in ``[0, 1]``;
+    returns the same shape.
     """
     vocab = _vocab(vocab)
     p = np.asarray(accuracy, dtype=float)

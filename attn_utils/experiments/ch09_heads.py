@@ -147,12 +147,13 @@ def _row_kl(t: np.ndarray, p: np.ndarray) -> np.ndarray:
 def fit_attention_pattern(
     target, d_k: int, rng: np.random.Generator, *, restarts: int = 16, steps: int = 2000, lr: float = 0.05
 ) -> PatternFit:
-    """Closest pattern ``softmax(q kᵀ)`` with ``q, k`` of ``d_k`` columns to ``target``, by Adam.
+    """Closest pattern ``softmax(Q Kᵀ)`` with ``Q, K`` of ``d_k`` columns to ``target``, by Adam.
 
     target : (n_q, n_k) strictly positive row-stochastic. Minimises the mean row KL divergence
-    over free ``q (n_q, d_k)`` and ``k (n_k, d_k)`` — the same family as ``X W_Q (X W_K)ᵀ`` for a
-    full-rank input ``X``. All ``restarts`` run at once (a leading axis). The gradient of the loss
-    with respect to the logits is ``(softmax(S) − target)/n_q``; chain rule gives ``G k`` and ``Gᵀ q``.
+    over free ``Q (n_q, d_k)`` and ``K (n_k, d_k)`` (arrays ``q``, ``k``) — the same family as
+    ``X W_Q (X W_K)ᵀ`` for a full-rank input ``X``. All ``restarts`` run at once (a leading axis). The
+    gradient of the loss with respect to the logits is ``(softmax(S) − target)/n_q``; chain rule gives
+    ``G K`` and ``Gᵀ Q``.
     """
     t = _check_pattern("target", target)
     if t.ndim != 2:
