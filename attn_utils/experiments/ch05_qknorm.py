@@ -48,14 +48,14 @@ FIXED_SCALES = ("none", "quarter", "sqrt", "linear")
 
 # --------------------------------------------------------------------------- folding the scale
 def fold_query_scale(params: Params, config: ModelConfig) -> tuple[Params, ModelConfig]:
-    """The unscaled model that computes the same function: ``W_Q ← c·W_Q`` in every layer, ``scale="none"``.
+    """The unscaled model that computes the same function: ``W_Q ← s·W_Q`` in every layer, ``scale="none"``.
 
     params : the dict from :func:`attn_utils.init_params` or ``TrainResult.params`` (each entry (S, …)).
     config : a fixed scale rule (``"none" | "quarter" | "sqrt" | "linear"``), separate W_Q and W_K,
         no QK-norm (after normalisation the size of W_Q no longer reaches the logits).
     Returns new ``(params, config)``; the inputs are not modified. The new config records the
     factor in ``q_init_scale`` so that :func:`attn_utils.init_params` with it draws the folded
-    initial parameters directly (the T5 initialisation when ``c = d_k^(-1/2)``).
+    initial parameters directly (the T5 initialisation when ``s = d_k^(-1/2)``).
     """
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")
@@ -69,14 +69,14 @@ def fold_query_scale(params: Params, config: ModelConfig) -> tuple[Params, Model
         )
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict of arrays, received {type(params).__name__}")
-    c = config.fixed_scale()
+    s = config.fixed_scale()
     out = dict(params)
     for l in range(config.n_layers):
         key = f"L{l}.W_q"
         if key not in params:
             raise ValueError(f"params has no {key!r}: it does not belong to this config (n_layers={config.n_layers})")
-        out[key] = params[key] * c
-    return out, replace(config, scale="none", q_init_scale=config.q_init_scale * c)
+        out[key] = params[key] * s
+    return out, replace(config, scale="none", q_init_scale=config.q_init_scale * s)
 
 
 # --------------------------------------------------------------------------- per-parameter optimiser

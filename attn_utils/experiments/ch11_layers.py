@@ -59,8 +59,8 @@ def init_lstm_params(rng: np.random.Generator, d: int, *, d_in: int | None = Non
 def lstm_layer(x, params: dict) -> np.ndarray:
     """LSTM (Hochreiter & Schmidhuber 1997, with a forget gate): ``x (..., n, d_in)`` → every output ``(..., n, d)``.
 
-    ``[ι_t, f_t, o_t, g_t] = x_t W + y_{t−1} U + b`` (four blocks of width ``d``; ι is the input gate),
-    ``c_t = σ(f_t) ⊙ c_{t−1} + σ(ι_t) ⊙ tanh(g_t)``, ``y_t = σ(o_t) ⊙ tanh(c_t)``, ``y_{−1} = c_{−1} = 0``.
+    ``[ι_t, f_t, o_t, c̃_t] = x_t W + y_{t−1} U + b`` (four blocks of width ``d``; ι is the input gate),
+    ``c_t = σ(f_t) ⊙ c_{t−1} + σ(ι_t) ⊙ tanh(c̃_t)``, ``y_t = σ(o_t) ⊙ tanh(c_t)``, ``y_{−1} = c_{−1} = 0``.
     Like :func:`attn_utils.harness.rnn_layer`, the input products for all ``t`` are one product and the
     recurrence is a loop of ``n`` dependent products, every one through ``counted_matmul``:
     ``4·n·d·(d_in + d)`` multiply-adds in ``n + 1`` products.
@@ -78,8 +78,8 @@ def lstm_layer(x, params: dict) -> np.ndarray:
     out = np.empty(x.shape[:-1] + (d,))
     for t in range(x.shape[-2]):
         z = pre[..., t, :] + counted_matmul(y, U)
-        iota, f, o, g = (z[..., m * d : (m + 1) * d] for m in range(4))  # input, forget, output gates; candidate
-        c = _sigmoid(f) * c + _sigmoid(iota) * np.tanh(g)
+        iota, f, o, c_tilde = (z[..., m * d : (m + 1) * d] for m in range(4))  # input, forget, output gates; candidate
+        c = _sigmoid(f) * c + _sigmoid(iota) * np.tanh(c_tilde)
         y = _sigmoid(o) * np.tanh(c)
         out[..., t, :] = y
     return out
