@@ -3,13 +3,13 @@
 Two ways to drop the explicit ``1/√d_k``:
 
 * **Fold it into W_Q** (the T5 codebase): the model with logits
-  ``c·(x W_Q)(x W_K)ᵀ`` and the unscaled model with ``W_Q' = c·W_Q`` compute the
+  ``s·(x W_Q)(x W_K)ᵀ`` and the unscaled model with ``W_Q' = s·W_Q`` compute the
   same function. :func:`fold_query_scale` performs the change of variables on
   trained or initial parameters; :func:`train_per_parameter` trains with a
   learning rate (and Adam ε) per parameter, which is what the two
   parametrisations differ by, and :func:`train_variants` trains several such
   variants of one model side by side (stacked on the seed axis), paired seed by seed.
-* **Normalise q and k** and learn a temperature: logits ``g·cos(q, k)`` are
+* **Normalise q and k** and learn a gain: logits ``g·cos(q, k)`` are
   bounded by ``g`` (:func:`cosine_logits`), so a softmax over ``n`` keys can
   put at most :func:`cosine_max_weight` on one key; :func:`gain_for_max_weight`
   inverts that bound. :func:`cosine_score` is the same score for the training
@@ -212,7 +212,7 @@ def train_variants(
 
 # --------------------------------------------------------------------------- cosine attention
 def cosine_logits(q, k, gain=1.0) -> np.ndarray:
-    """Cosine-similarity logits with a temperature: ``gain · q̂·k̂`` with q̂ = q/‖q‖, k̂ = k/‖k‖.
+    """Cosine-similarity logits with a gain: ``gain · q̂·k̂`` with q̂ = q/‖q‖, k̂ = k/‖k‖.
 
     q : (..., n_q, d), k : (..., n_k, d) with the same leading axes; gain : a positive scalar.
     Returns (..., n_q, n_k), every entry in ``[−gain, gain]``. Zero vectors are rejected
@@ -257,10 +257,10 @@ def gain_for_max_weight(p: float, n: int) -> float:
 
 
 def cosine_score(q, k, params):
-    """Score function for the harness: ``q̂·k̂`` (no gain; a scale rule supplies the temperature).
+    """Score function for the harness: ``q̂·k̂`` (no gain; a scale rule supplies the gain).
 
     q (S, B, H, n_q, d_k), k (S, B, H, n_k, d_k) → (S, B, H, n_q, n_k), written with
-    ``autograd.numpy``. Use with ``scale="none"`` for fixed temperature 1 or ``scale="learned"``
+    ``autograd.numpy``. Use with ``scale="none"`` for fixed gain 1 or ``scale="learned"``
     for a learned one.
     """
     qh = q / anp.sqrt(anp.sum(q * q, axis=-1, keepdims=True) + 1e-12)
