@@ -297,7 +297,7 @@ RESERVED = {
         re.compile(r"(?<!\\mathcal )(?<![\\A-Za-z])I(\^\*|_\\infty)"),
         set(),
     ),
-    "d_model written as bare d in a formula with d_k": (re.compile(r"d\s*=\s*d_\\text\{model\}"), set()),
+    "d defined as d_model (bare d is d_k only)": (re.compile(r"d\s*=\s*d_\\text\{model\}"), set()),
 }
 
 

@@ -219,7 +219,7 @@ def _one_hot_positions(s: np.ndarray, vocab: int) -> np.ndarray:
     """``s (S, B, m)`` → ``(S, B, m·vocab)`` with a 1 at column ``j·vocab + s_j`` for every ``j``."""
     S, B, m = s.shape
     out = np.zeros((S, B, m * vocab))
-    out.reshape(-1)[np.arange(0, s.size * vocab, vocab) + s.reshape(-1)] = 1.0  # row r of s·vocab + its token
+    np.put_along_axis(out, s + vocab * np.arange(m), 1.0, axis=2)
     return out
 
 
@@ -245,22 +245,17 @@ def linear_code_loss_and_grad(params: dict, s, vocab: int) -> tuple[np.ndarray, 
     S, B, m = s.shape
     hot = _one_hot_positions(s, vocab)  # (S, B, m·V)
     z = hot @ params["C"]  # (S, B, d)
-    shifted = z @ params["D"]  # the logits (S, B, m·V), shifted in place below
-    shifted += params["b"]
+    logits = z @ params["D"] + params["b"]  # (S, B, m·V)
     # softmax per (seed, sequence, position) over the last vocab columns. Shifting by one maximum
     # per seed instead of per row is exact too and much cheaper (small-axis reductions are slow);
     # it is safe while a seed's logits span less than ~700, which the guard below checks.
-    shifted -= shifted.reshape(S, -1).max(axis=1)[:, None, None]
+    shifted = logits - logits.reshape(S, -1).max(axis=1)[:, None, None]
     e = np.exp(shifted)
     total = (e.reshape(-1, vocab) @ np.ones(vocab)).reshape(S, B, m)
     if not np.all(total > 0):
         raise FloatingPointError("logits span too wide a range for the shared softmax shift")
-    target = np.multiply(shifted, hot, out=shifted)  # the shifted logit of each target token (0 elsewhere)
-    loss = (np.log(total).reshape(S, -1).sum(axis=1) - target.reshape(S, -1).sum(axis=1)) / (B * m)
-    g = e  # ∂loss/∂logits = (softmax − one-hot) / (B·m), (S, B, m·V), computed in place
-    np.divide(g.reshape(S, B, m, vocab), total[..., None], out=g.reshape(S, B, m, vocab))
-    g -= hot
-    g /= B * m
+    loss = (np.log(total).reshape(S, -1).sum(axis=1) - (shifted * hot).reshape(S, -1).sum(axis=1)) / (B * m)
+    g = (e / np.repeat(total, vocab, axis=2) - hot) / (B * m)  # ∂loss/∂logits, (S, B, m·V)
     grads = {
         "D": z.transpose(0, 2, 1) @ g,
         "b": np.ones((S, 1, B)) @ g,
@@ -329,14 +324,15 @@ def train_linear_code(
 ) -> CodeRun:
     """Train the learned linear code (:func:`linear_code_logits`) on the copy task, every seed at every rate.
 
-    Starts from :func:`linear_code_init` (the random code), then Adam (β = 0.9, 0.999, ε = 1e-8,
-    constant learning rate) on the *same* fresh batches and held-out sequences that
-    :func:`attn_utils.harness.train` uses for ``copy_task(m, vocab)`` and these seeds
-    (:func:`copy_tokens`), so a seed's attention model and its code see identical data.
+    Starts from :func:`linear_code_init` (the random code), then the book's Adam
+    (:func:`attn_utils.harness.training.adam`: β = 0.9, 0.999, ε = 1e-8, constant learning rate)
+    on the *same* fresh batches and held-out sequences that :func:`attn_utils.harness.train` uses
+    for ``copy_task(m, vocab)`` and these seeds (:func:`copy_tokens`), so a seed's attention model
+    and its code see identical data.
     ``lrs`` : learning rates, all trained in one vectorised loop. The held-out accuracy is also
     recorded at ``n_checkpoints`` evenly spaced steps.
     """
-    from ..harness.training import seed_tuple
+    from ..harness.training import adam, seed_tuple
 
     m, vocab, d = positive_int("m", m), _vocab(vocab), positive_int("d", d)
     steps, batch_size = positive_int("steps", steps), positive_int("batch_size", batch_size)
@@ -350,37 +346,16 @@ def train_linear_code(
     S, L = len(seeds), len(lrs)
     xs = copy_tokens(seeds, 1, steps * batch_size, m, vocab).reshape(S, steps, batch_size, m).swapaxes(0, 1)
     held = np.tile(copy_tokens(seeds, 2, eval_size, m, vocab), (L, 1, 1))  # (L·S, eval, m)
-    start = {k: np.tile(v, (L, 1, 1)) for k, v in linear_code_init(seeds, m, vocab, d).items()}
-    # all parameters of a slot in one flat row, so that each Adam step is a handful of array operations
-    theta = np.concatenate([v.reshape(L * S, -1) for v in start.values()], axis=1)  # (L·S, N)
-    bounds = np.cumsum([0] + [v[0].size for v in start.values()])
-    params = {k: theta[:, a:b].reshape(v.shape) for (k, v), a, b in zip(start.items(), bounds[:-1], bounds[1:])}
-    if not all(np.shares_memory(v, theta) for v in params.values()):  # pragma: no cover - numpy always gives views here
-        raise RuntimeError("parameter views of the flat vector were copied")
-    lr = np.repeat(np.array(lrs), S)[:, None]  # slot = (rate, seed), rate-major
-    mom, sq = np.zeros_like(theta), np.zeros_like(theta)
+    params = {k: np.tile(v, (L, 1, 1)) for k, v in linear_code_init(seeds, m, vocab, d).items()}
+    step = adam(params, lr=np.repeat(np.array(lrs), S)[:, None, None])  # slot = (rate, seed), rate-major
     checkpoints = np.linspace(steps / n_checkpoints, steps, n_checkpoints).round().astype(int)
     check_at = set(checkpoints.tolist())
     losses, curve = np.empty((steps, L * S)), []
-    # buffers reused at every step (same arithmetic as fresh arrays, without the allocations)
-    held_hot = _one_hot_positions(held, vocab)  # built once: the held-out sequences never change
-    g, num, den = np.empty_like(theta), np.empty_like(theta), np.empty_like(theta)
-    grad_views = {k: g[:, a:b].reshape(v.shape) for (k, v), a, b in zip(start.items(), bounds[:-1], bounds[1:])}
     for t in range(1, steps + 1):
         losses[t - 1], grads = linear_code_loss_and_grad(params, np.tile(xs[t - 1], (L, 1, 1)), vocab)
-        for k, v in grads.items():
-            grad_views[k][...] = v  # g: all gradients in one flat row per slot, like theta
-        # Adam: mom = 0.9 mom + 0.1 g; sq = 0.999 sq + 0.001 g²; theta -= lr m̂ / (√ŝ + 1e-8)
-        mom *= 0.9
-        mom += np.multiply(g, 0.1, out=num)
-        sq *= 0.999
-        sq += np.multiply(np.multiply(g, g, out=num), 0.001, out=num)
-        np.add(np.sqrt(np.divide(sq, 1 - 0.999**t, out=den), out=den), 1e-8, out=den)
-        np.multiply(lr, np.divide(mom, 1 - 0.9**t, out=num), out=num)
-        theta -= np.divide(num, den, out=num)  # updates the views in params
+        params = step(params, grads, t)
         if t in check_at:
-            logits = (held_hot @ params["C"]) @ params["D"] + params["b"]  # as linear_code_logits(params, held)
-            curve.append((logits.reshape(held.shape + (vocab,)).argmax(axis=-1) == held).mean(axis=(1, 2)))
+            curve.append((linear_code_logits(params, held, vocab).argmax(axis=-1) == held).mean(axis=(1, 2)))
     ev_loss, _ = linear_code_loss_and_grad(params, held, vocab)
     return CodeRun(
         m,
