@@ -2,6 +2,7 @@
 #   make html   build the website into _build/html (creates .venv and installs requirements first)
 #   make test   run unit/property tests and re-execute every chapter notebook with nbval
 #   make test-portable   the chapters again under another BLAS kernel, 2 BLAS threads and no AVX-512
+#   make test-reseed SEED=n   every chapter under seed base n (ATTN_SEED): every check must still hold
 # Also: make pdf (needs the TeX packages in the README), make lab, make execute NB=..., make clean.
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test test-portable lint check-site lab execute execute-all summaries constraints clean
+.PHONY: html pdf test test-portable test-reseed lint check-site lab execute execute-all summaries constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -44,6 +45,12 @@ NPY_AVX512 = $$($(BIN)/python -c 'from numpy._core._multiarray_umath import __cp
 test-portable: $(STAMP)
 	OPENBLAS_CORETYPE=Sandybridge OPENBLAS_NUM_THREADS=2 NPY_DISABLE_CPU_FEATURES="$(NPY_AVX512)" \
 	  $(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-current-env chapters
+
+# Every chapter executed in a fresh kernel under another seed base (ATTN_SEED=$(SEED)): new draws,
+# new numbers, no output compared; fails when any check raises. Many bases: tools/reseed.py --bases 20
+SEED ?= 1
+test-reseed: $(STAMP)
+	$(BIN)/python tools/reseed.py --seed $(SEED) --jobs $(JOBS)
 
 # Lint and format check of the Python code (ruff, configured in pyproject.toml). To fix: ruff check --fix; ruff format
 lint: $(STAMP)

@@ -42,6 +42,7 @@ from .book.checks import (
 from .book.glue import glue_number, glue_text
 from .book.measuring import count_macs, loglog_slope, min_seconds, numerical_jacobian, running_mean, traced_peak_memory
 from .book.plotting import PALETTE, attention_heatmap, figure, use_book_style
+from .book.seeding import rng, seed, seed_base, seeds
 from .multihead import (
     MHAParams,
     grouped_attention,
@@ -95,6 +96,10 @@ __all__ = [
     "MonteCarloMoments",
     "glue_number",
     "glue_text",
+    "seed_base",
+    "seed",
+    "seeds",
+    "rng",
     "PALETTE",
     "figure",
     "use_book_style",

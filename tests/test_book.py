@@ -319,3 +319,20 @@ def test_reserved_symbols_keep_their_meaning(path):
             assert found is None, (
                 f"{meaning}: used in {path.name}: …{maths[max(found.start() - 40, 0) : found.end() + 40]}…"
             )
+
+
+UNSEEDED_DRAW = re.compile(
+    r"np\.random\.(default_rng|seed|RandomState|rand|randn|normal|standard_normal|uniform)\b"
+    r"|\bseeds\s*=\s*(range|np\.arange|\[\s*\d)"  # training seeds typed as plain labels, not au.seeds(...)
+)
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_draw_derives_from_the_seed_base(path):
+    """A chapter draws only through ``au.rng(label)`` and ``au.seeds(labels)``, which read ATTN_SEED
+    (attn_utils/book/seeding.py): a generator made directly would keep its draw under every base, and
+    make test-reseed could not show that the chapter's claims hold for other draws."""
+    nb = load(path)
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        found = UNSEEDED_DRAW.search("".join(cell["source"]))
+        assert not found, f"code cell {i} of {path.name} draws with {found.group(0)}: use au.rng / au.seeds"

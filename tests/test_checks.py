@@ -249,3 +249,76 @@ def test_sanitizer_rewrites_only_numbers_after_the_approx_mark():
     assert sub(line) == "acc = ≈# ± ≈# (mean ± SE of 8 seeds; expected ≥ 0.50, margin ≈# SE ≥ 3)  ✓"
     exact = "Var(q·k)/d_k = 1.003 (theory 1, tol 0.05)  ✓"
     assert sub(exact) == exact
+
+
+# ---------------------------------------------------------------- rules_out and se
+
+
+def test_rules_out_is_printed_beside_the_verdict(capsys):
+    check("Var(q·k)/d_k", 1.003, 1, 0.05, rules_out={"scaling by 1/d_k": 0.125})
+    line = "Var(q·k)/d_k = 1.003 (theory 1, tol 0.05; scaling by 1/d_k would give 0.125)  ✓\n"
+    assert capsys.readouterr().out == line
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: check("x", 1.0, 1.0, 0.9, rules_out={"1/d_k": 0.125}),
+        lambda: check("x", 1.0, 1.0, se=0.2, rules_out={"1/d_k": 0.125}),  # 5 SE = 1 accepts 0.125
+        lambda: check("x", 100.0, 100.0, 0.5, rel=True, rules_out={"half": 60.0}),
+        lambda: check_bound("p", 0.9, lower=0.2, rules_out={"uniform": 0.25}),
+        lambda: check_seeds("acc", np.full(8, 0.9), lower=0.2, rules_out={"chance": 0.25}),
+        lambda: check_count("solved", np.ones(8, bool), at_least=4, rules_out={"a coin": 4}),
+        lambda: check_allclose("J", np.eye(2), np.eye(2), atol=1.0, rules_out={"zero": np.zeros((2, 2))}),
+    ],
+)
+def test_a_tolerance_that_accepts_the_wrong_answer_is_refused_before_comparing(call, capsys):
+    with pytest.raises(ValueError, match="wrong answer"):
+        call()
+    assert capsys.readouterr().out == ""  # refused at definition time: no verdict printed
+
+
+def test_rules_out_must_be_a_dict():
+    with pytest.raises(TypeError, match="rules_out must be"):
+        check("x", 1.0, 1.0, 0.1, rules_out=0.125)
+
+
+def test_check_with_standard_error(capsys):
+    check("mean", 0.51, 0.5, se=0.004, rules_out={"0.6": 0.6})
+    assert "tol 5 SE = 0.02" in capsys.readouterr().out
+    with pytest.raises(AssertionError):
+        check("mean", 0.53, 0.5, se=0.004)
+    check("mean", 0.53, 0.5, se=0.004, z=10)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: check("x", 1.0, 1.0), "exactly one of tol"),
+        (lambda: check("x", 1.0, 1.0, 0.1, se=0.01), "exactly one of tol"),
+        (lambda: check("x", 1.0, 1.0, -0.1), "tol must be ≥ 0"),
+        (lambda: check("x", 1.0, 1.0, se=-1.0), "se must be"),
+        (lambda: check("x", 1.0, 1.0, se=float("nan")), "se must be"),
+        (lambda: check_bound("x", 1.0, lower=2.0, upper=1.0), "lower"),
+        (lambda: check_seeds("x", np.ones(8), lower=2.0, upper=1.0), "lower"),
+        (lambda: check_count("x", np.ones(8, bool), at_least=5, at_most=3), "at_least"),
+        (lambda: check_allclose("x", 1.0, 1.0, atol=-1.0), "atol and rtol"),
+    ],
+)
+def test_nonsense_tolerances_are_refused(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
+
+
+def test_check_bound_with_standard_error_needs_a_margin(capsys):
+    check_bound("p", 0.8, lower=0.5, se=0.01)
+    assert "by 5 SE = 0.05" in capsys.readouterr().out
+    with pytest.raises(AssertionError):
+        check_bound("p", 0.52, lower=0.5, se=0.01)  # above the bound, but within 5 SE of it
+
+
+def test_rules_out_in_check_seeds_and_count_lines(capsys):
+    check_seeds("acc", np.linspace(0.9, 0.95, 8), lower=0.5, rules_out={"chance": 0.25})
+    check_count("solved", np.ones(8, bool), at_least=7, rules_out={"a coin": 4})
+    out = capsys.readouterr().out
+    assert "chance would give 0.25)" in out and "a coin would give 4)" in out
