@@ -1,6 +1,7 @@
 """Unit tests for attn_utils.experiments.ch15_inference (chapter 15)."""
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -160,3 +161,116 @@ def test_counted_grouped_attention_equals_the_core_and_counts_executed_products(
     assert ex.counted_grouped_attention(q, k, v)[1] == macs  # the mask does not change the products
     with pytest.raises(ValueError, match="must be a multiple of h_kv"):
         ex.counted_grouped_attention(q, rng.normal(size=(B, 3, n_k, d)), rng.normal(size=(B, 3, n_k, d)))
+
+
+def test_released_parameter_counts_and_hardware_constants():
+    for key, released in ex.RELEASED_PARAMS.items():
+        assert ex.CONFIGS[key].param_count() == released
+    for hw in (ex.A100_SXM_80GB, ex.H100_SXM_80GB):
+        assert hw["memory"] == 80 * 2**30  # "80GB" of memory is 80 GiB = 85.9e9 bytes
+    assert ex.ridge_point(ex.H100_SXM_80GB) == pytest.approx(295.22, abs=0.01)
+    assert ex.ridge_point(ex.A100_SXM_80GB) == pytest.approx(153.02, abs=0.01)
+
+
+@pytest.mark.parametrize("key", ["transformer-base", "llama-2-7b", "llama-2-70b", "mistral-7b"])
+def test_filled_cache_of_a_published_shape_holds_the_formula_bytes(key):
+    # a stand-in with the configuration's L, h, h_kv, d_k (residual width 64, tied layers) fills its cache
+    rng = np.random.default_rng(156)
+    cfg = ex.CONFIGS[key]
+    dtype, b = (np.float32, 4) if key == "transformer-base" else (np.float16, 2)
+    small = ex.TransformerConfig(cfg.name, cfg.n_layers, 64, cfg.h, cfg.h_kv, cfg.d_k)
+    model = ex.init_stand_in(rng, small, dtype=dtype, tie_layers=True)
+    cache = ex.GroupedKVCache(small.n_layers)
+    ex.run_positions(model, rng.normal(size=(2, 3, 64)), cache)
+    assert cache.nbytes == 2 * 3 * 2 * cfg.n_layers * cfg.h_kv * cfg.d_k * b == cfg.kv_bytes(3, b, batch=2)
+
+
+def test_grouping_shrinks_the_filled_cache_by_g():
+    rng = np.random.default_rng(157)
+    l70 = ex.CONFIGS["llama-2-70b"]
+    nbytes = {}
+    for h_kv in (64, 8, 1):
+        small = ex.TransformerConfig("70B heads", l70.n_layers, 64, l70.h, h_kv, l70.d_k)
+        cache = ex.GroupedKVCache(small.n_layers)
+        ex.run_positions(ex.init_stand_in(rng, small, tie_layers=True), rng.normal(size=(1, 2, 64)), cache)
+        nbytes[h_kv] = cache.nbytes
+    assert nbytes[64] == 8 * nbytes[8] == 64 * nbytes[1]
+
+
+@pytest.mark.parametrize("h_kv", [4, 1])
+def test_cache_reaches_the_weights_where_the_crossover_formula_says(h_kv):
+    # generate one token per sequence and step until the cache's arrays hold as many bytes as the weights'
+    rng = np.random.default_rng(158)
+    cfg = ex.TransformerConfig("toy", 2, 32, 4, h_kv, 8, d_ff=64, vocab=40)
+    model = ex.init_stand_in(rng, cfg, dtype=np.float16)
+    weight_bytes = sum(w.nbytes for layer in model.layers for w in layer.values()) + model.W_out.nbytes
+    assert weight_bytes == 2 * cfg.matmul_weights()
+    batch, cache = 4, ex.GroupedKVCache(cfg.n_layers)
+    x = rng.normal(size=(batch, 1, cfg.d_model))
+    while cache.nbytes < weight_bytes:
+        ex.run_positions(model, x, cache)
+    per_token = 2 * cfg.n_layers * cfg.h_kv * cfg.d_k * 2
+    assert batch * cache.length == batch * math.ceil(weight_bytes / per_token / batch)
+
+
+def test_counted_decode_steps_over_the_batch():
+    # prop-ch15-decode on executed steps: weights read once per step, the cache once per sequence,
+    # intensity rising with B, below max(2B/b, 2g/b) and below its limit
+    rng = np.random.default_rng(159)
+    cfg = ex.TransformerConfig("toy", 2, 64, 8, 2, 8, d_ff=256, vocab=100, mlp_matrices=3)
+    model = ex.init_stand_in(rng, cfg)
+    n, steps = 32, {}
+    for B in (1, 2, 4, 8, 16):
+        cache = ex.GroupedKVCache(cfg.n_layers)
+        ex.run_positions(model, rng.normal(size=(B, n - 1, cfg.d_model)), cache)
+        steps[B] = t = ex.Traffic()
+        ex.run_positions(model, rng.normal(size=(B, 1, cfg.d_model)), cache, t)
+    assert len({t.weight_bytes for t in steps.values()}) == 1
+    assert len({t.cache_bytes // B for B, t in steps.items()}) == 1
+    intensity = [steps[B].intensity for B in steps]
+    assert all(np.diff(intensity) > 0)
+    big = ex.step_cost(cfg, 10**6, 1, n - 1)
+    limit = 2 * big["macs"] / (big["cache_bytes"] + big["act_bytes"])
+    for B, t in steps.items():
+        assert t.intensity < max(B, cfg.g)  # max(2B/b, 2g/b) with b = 2
+        assert t.intensity < limit
+
+
+@pytest.mark.parametrize("key", ["llama-2-7b", "mistral-7b"])
+def test_prefill_intensity_stays_below_2gn_over_b(key):
+    cfg = ex.CONFIGS[key]
+    for n in (1, 16, 153, 512, 4096):
+        assert ex.step_cost(cfg, 1, n, 0)["intensity"] < 2 * cfg.g * n / 2
+    ridge = ex.ridge_point(ex.A100_SXM_80GB)
+    shortest = next(n for n in range(1, 4097) if ex.step_cost(cfg, 1, n, 0)["intensity"] >= ridge)
+    assert shortest > 2 * ridge / (2 * cfg.g)  # n > b·ridge/(2g)
+
+
+@pytest.mark.parametrize("h_kv", [8, 64])
+def test_max_batch_of_llama_2_70b_on_eight_gpus(h_kv):
+    c = ex.CONFIGS["llama-2-70b"].with_kv_heads(h_kv)
+    memory = 8 * ex.A100_SXM_80GB["memory"]
+    fit = ex.max_batch(c, 4096, memory)
+    weights = 2 * c.param_count()
+    assert weights + fit * c.kv_bytes(4096, 2) <= memory < weights + (fit + 1) * c.kv_bytes(4096, 2)
+
+
+@pytest.mark.parametrize(
+    "key,n", [("llama-2-70b", 512), ("llama-2-70b", 2048), ("llama-2-7b", 128), ("mistral-7b", 256)]
+)
+@pytest.mark.parametrize("hw", [ex.A100_SXM_80GB, ex.H100_SXM_80GB], ids=["A100", "H100"])
+def test_ridge_batch_is_the_smallest_batch_at_the_ridge(key, n, hw):
+    cfg, ridge = ex.CONFIGS[key], ex.ridge_point(hw)
+    B = ex.ridge_batch(cfg, n, hw)
+    big = ex.step_cost(cfg, 10**9, 1, n - 1)["intensity"]
+    if B is None:
+        assert big < ridge
+    else:
+        assert ex.step_cost(cfg, B, 1, n - 1)["intensity"] >= ridge > ex.step_cost(cfg, B - 1, 1, n - 1)["intensity"]
+
+
+def test_ridge_batch_of_llama_2_70b():
+    # the numbers of the corrected wrong answer: B* on 8 A100s at 512, 1024, 2048 tokens; none at 4096
+    l70, a100 = ex.CONFIGS["llama-2-70b"], ex.A100_SXM_80GB
+    assert [ex.ridge_batch(l70, n, a100) for n in (512, 1024, 2048, 4096)] == [194, 250, 589, None]
+    assert ex.ridge_batch(ex.CONFIGS["llama-2-7b"], 4096, a100) is None

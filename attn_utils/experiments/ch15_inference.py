@@ -2,13 +2,15 @@
 
 * :class:`TransformerConfig` — a decoder's shape (layers, heads, key/value heads, widths) and what
   follows from it: cache numbers per token, weight count, bytes.
-* :data:`CONFIGS` — published configurations (each with its source); :data:`A100_SXM_80GB` — the
+* :data:`CONFIGS` — published configurations (each with its source); :data:`RELEASED_PARAMS` — the
+  parameter counts of the released checkpoints; :data:`A100_SXM_80GB`, :data:`H100_SXM_80GB` — the
   datasheet figures used for the roofline.
 * :func:`init_stand_in`, :class:`GroupedKVCache`, :func:`run_positions` — a small decoder with
   grouped K/V heads that really runs: it fills a KV cache (stored in a chosen dtype, so its arrays
   have the bytes a server would hold) and tallies, per executed product, the multiply-adds and the
   bytes of every operand and result (:class:`Traffic`).
-* :func:`step_cost` — the same tallies as formulas of the configuration, for models too large to run.
+* :func:`step_cost` — the same tallies as formulas of the configuration, for models too large to run;
+  :func:`ridge_batch` — the smallest decoding batch whose step reaches the ridge point (if any does).
 
 Cost model (one "step" processes ``m`` new positions of each of ``B`` sequences whose caches hold
 ``n_prev`` positions; ``m = 1`` is a decoding step, ``n_prev = 0, m = n`` a prefill): every matrix
@@ -26,7 +28,9 @@ additions and positional rotations (element-wise, assumed fused into the product
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -108,7 +112,7 @@ class TransformerConfig:
 
 VASWANI = "Vaswani et al. 2017, arXiv:1706.03762 v5, Table 3 (base model)"
 LLAMA2 = "Touvron et al. 2023, arXiv:2307.09288 (GQA for 34B/70B); Hugging Face model card config.json"
-MISTRAL = "Jiang et al. 2023, arXiv:2310.06825, Table 1"
+MISTRAL = "Jiang et al. 2023, arXiv:2310.06825, Table 1 (Mistral 7B v0.1)"
 
 CONFIGS = {
     "transformer-base": TransformerConfig("Transformer base (decoder)", 6, 512, 8, 8, 64, d_ff=2048, source=VASWANI),
@@ -119,19 +123,40 @@ CONFIGS = {
         "Llama 2 70B", 80, 8192, 64, 8, 128, d_ff=28672, vocab=32000, mlp_matrices=3, source=LLAMA2
     ),
     "mistral-7b": TransformerConfig(
-        "Mistral 7B", 32, 4096, 32, 8, 128, d_ff=14336, vocab=32000, mlp_matrices=3, source=MISTRAL
+        "Mistral 7B v0.1", 32, 4096, 32, 8, 128, d_ff=14336, vocab=32000, mlp_matrices=3, source=MISTRAL
     ),
 }
 """Published configurations. Transformer base: L = 6 decoder layers, d_model = 512, h = 8, d_k = 64,
 d_ff = 2048. Llama 2 7B / 70B and Mistral 7B: SwiGLU MLP (3 matrices), vocabulary 32000, untied
-embeddings, two RMSNorm gains per layer."""
+embeddings, two RMSNorm gains per layer. Mistral 7B is its first release, v0.1 (the one with a sliding
+window of 4096 positions); later releases changed the context length and dropped the window."""
+
+RELEASED_PARAMS = {
+    "llama-2-7b": 6_738_415_616,
+    "llama-2-70b": 68_976_648_192,
+    "mistral-7b": 7_241_732_096,
+}
+"""Parameters of the released Hugging Face checkpoints (meta-llama/Llama-2-7b-hf, Llama-2-70b-hf,
+mistralai/Mistral-7B-v0.1): the sum of the sizes of the tensors in their weight files, which is the
+count ``transformers`` reports; Mistral's index file gives 14,483,464,192 bytes in bfloat16, twice its
+count. An independent record to compare :meth:`TransformerConfig.param_count` with."""
+
+GiB = 2**30
 
 A100_SXM_80GB = {
     "name": "NVIDIA A100 SXM 80GB",
     "peak_flops": 312e12,  # dense BF16/FP16 Tensor Core FLOP/s (624e12 is the 2:4-sparsity figure)
     "bandwidth": 2.039e12,  # HBM2e bytes/s
-    "memory": 80e9,  # bytes (80 GB)
-    "source": "NVIDIA A100 Tensor Core GPU datasheet",
+    "memory": 80 * GiB,  # bytes: the "80GB" of memory is 80 GiB = 85.9e9 bytes (capacities count in powers of 2)
+    "source": "NVIDIA A100 Tensor Core GPU datasheet (document 1758950-r4, 2021)",
+}
+
+H100_SXM_80GB = {
+    "name": "NVIDIA H100 SXM 80GB",
+    "peak_flops": 989e12,  # dense BF16/FP16 Tensor Core FLOP/s (the datasheet's 1,979e12 assumes 2:4 sparsity)
+    "bandwidth": 3.35e12,  # HBM3 bytes/s
+    "memory": 80 * GiB,  # bytes (80 GB of HBM3, counted like the A100's)
+    "source": "NVIDIA H100 Tensor Core GPU datasheet, 2023 edition (lists H100 SXM and H100 NVL)",
 }
 
 
@@ -185,6 +210,24 @@ def max_batch(cfg: TransformerConfig, n_ctx: int, memory_bytes: float, bytes_per
     """Most sequences of ``n_ctx`` tokens whose caches fit in memory beside the weights (0 if none)."""
     free = memory_bytes - bytes_per_number * cfg.param_count()
     return max(0, int(free // cfg.kv_bytes(n_ctx, bytes_per_number)))
+
+
+def ridge_batch(cfg: TransformerConfig, n_ctx: int, hardware: dict, bytes_per_number: int = 2) -> int | None:
+    """Smallest batch ``B`` whose decoding step at context ``n_ctx`` reaches the ridge point, or None.
+
+    A decoding step of ``B`` sequences does ``B·f`` FLOPs and moves ``D_w + B·c`` bytes (:func:`step_cost`
+    with ``m = 1``: ``f`` FLOPs and ``c`` cache and activation bytes per sequence, ``D_w`` weight bytes), so
+    its intensity ``B·f / (D_w + B·c)`` reaches the ridge ``r`` exactly when ``B·(f − r·c) ≥ r·D_w``:
+    never if ``f ≤ r·c`` (the limit ``f/c`` as ``B → ∞`` is at or below the ridge), else from
+    ``B = ⌈r·D_w / (f − r·c)⌉``. Computed in exact rational arithmetic.
+    """
+    one = step_cost(cfg, 1, 1, n_ctx - 1, bytes_per_number)
+    f = 2 * one["macs"]
+    c = one["cache_bytes"] + one["act_bytes"]
+    r = Fraction(int(hardware["peak_flops"]), int(hardware["bandwidth"]))
+    if f <= r * c:
+        return None
+    return math.ceil(r * one["weight_bytes"] / (f - r * c))
 
 
 # ---------------------------------------------------------------- a decoder that runs and counts
@@ -381,11 +424,14 @@ def run_positions(model: StandIn, x_new, cache: GroupedKVCache, traffic: Traffic
 __all__ = [
     "TransformerConfig",
     "CONFIGS",
+    "RELEASED_PARAMS",
     "A100_SXM_80GB",
+    "H100_SXM_80GB",
     "ridge_point",
     "attainable_flops",
     "step_cost",
     "max_batch",
+    "ridge_batch",
     "Traffic",
     "StandIn",
     "init_stand_in",
