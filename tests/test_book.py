@@ -98,7 +98,7 @@ def test_chapter_contract(path):
         assert f"{{numref}}`{name}`" in md, f"figure {name} is never referenced from the text"
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert re.search(r"au\.check(_bound|_allclose)?\(", code), "a chapter must assert its claims with attn_utils checks"
-    assert "default_rng(" in code, "randomness must come from a seeded generator"
+    assert "au.rng(" in code, "randomness must come from the seed base: rng = au.rng(label) (CONTRIBUTING.md)"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
