@@ -201,6 +201,24 @@ def test_token_loss_with_both_masks_equals_unpadded_loss_and_ignores_padding(cau
     np.testing.assert_allclose(f(x_junk), f(x), atol=1e-12)
 
 
+def test_losses_against_real_keys_decompose_the_key_mask_only_loss():
+    rng = np.random.default_rng(13)
+    lengths, n, d, classes = np.array([5, 3, 2]), 5, 6, 4
+    keep = ex.padding_keep(lengths, n, "right")
+    x = rng.normal(size=(3, n, d))
+    w = {name: rng.normal(size=(d, d)) / np.sqrt(d) for name in ("W_q", "W_k", "W_v")}
+    w["W_out"] = rng.normal(size=(d, classes))
+    y = rng.integers(0, classes, (3, n))
+    per_position = ex.losses_against_real_keys(x, w, y, keep)
+    assert per_position.shape == (3, n) and (per_position > 0).all()
+    key_only = ex.token_loss(x, w, y, keep, key_mask=True, query_mask=None)
+    np.testing.assert_allclose(key_only, per_position.mean(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(ex.token_loss(x, w, y, keep), per_position[keep].mean(), rtol=0, atol=1e-12)
+    for b, length in enumerate(lengths):  # real positions: the sequence alone, no padding at all
+        alone = ex.losses_against_real_keys(x[b : b + 1, :length], w, y[b : b + 1, :length], np.ones((1, length), bool))
+        np.testing.assert_allclose(alone[0], per_position[b, :length], rtol=0, atol=1e-12)
+
+
 def test_token_loss_where_vs_multiply_and_errors():
     lengths, keep, x, w, y = _loss_setup("left")
     a = ex.token_loss(x, w, y, keep, causal=True, query_mask="multiply")

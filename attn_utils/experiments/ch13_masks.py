@@ -9,7 +9,8 @@
 * :func:`masked_attention` — attention with a boolean mask under a fully-masked-row *policy*:
   ``"zero"`` (the book's, :func:`attn_utils.scaled_dot_product_attention`) or ``"naive"`` (0/0 = NaN).
 * :func:`token_loss` — a per-token loss of one self-attention layer over a padded batch, written
-  with autograd so that gradients with respect to the inputs can be inspected.
+  with autograd so that gradients with respect to the inputs can be inspected;
+  :func:`losses_against_real_keys` — the same layer's per-position losses computed without masks.
 * :func:`stack_forward`, :func:`cached_decode` — a stack of residual self-attention layers over a
   padded batch, all positions at once and token by token with a KV cache.
 
@@ -190,6 +191,26 @@ def token_loss(
     if query_mask == "where":
         return anp.sum(anp.where(keep_tokens, per_token, 0.0)) / keep_tokens.sum()
     raise ValueError(f"query_mask must be None, 'multiply' or 'where', received {query_mask!r}")
+
+
+def losses_against_real_keys(x, w, targets, keep_tokens) -> np.ndarray:
+    """(B, n) per-position losses of :func:`token_loss`'s layer, every query seeing only its sequence's real keys.
+
+    Computed without any mask: each sequence's padded keys and values are cut out and every position,
+    real or padded, is a query of :func:`attn_utils.scaled_dot_product_attention` against the rest.
+    At real positions this is the loss of the unpadded sequence (no causal mask); at padded positions
+    it is what a key mask alone leaves in the loss. The mean over all ``B·n`` positions is
+    ``token_loss(..., key_mask=True, query_mask=None)``.
+    """
+    out = np.empty(np.shape(targets), dtype=float)
+    for b in range(x.shape[0]):
+        real = x[b][keep_tokens[b]]
+        o = x[b] + scaled_dot_product_attention(x[b] @ w["W_q"], real @ w["W_k"], real @ w["W_v"])[0]
+        logits = o @ w["W_out"]
+        top = logits.max(axis=-1)
+        log_norm = top + np.log(np.exp(logits - top[:, None]).sum(axis=-1))
+        out[b] = log_norm - logits[np.arange(logits.shape[0]), targets[b]]
+    return out
 
 
 def _layer(x, layer, h: int, keep, policy: str):
