@@ -21,6 +21,7 @@ from attn_utils.experiments.ch14_positions import (
     rope_frequencies,
     rope_matrix,
     rope_multi_head_attention,
+    rope_offset_scores,
     same_offset_spread,
     sinusoid_frequencies,
     sinusoidal_positions,
@@ -250,3 +251,14 @@ def test_permutation_error_of_plain_attention_is_rounding():
     perm = rng.permutation(8)
     assert permutation_error(lambda z: multi_head_attention(z, z, params)[0], x, perm) < 1e-13
     assert permutation_error(lambda z: multi_head_attention(z, z, params, mask=causal_mask(8))[0], x, perm) > 0.05
+
+
+@pytest.mark.parametrize("base", [10_000.0, 10_000.0 * 4 ** (64 / 62)])
+def test_rope_offset_scores_equal_rotating_the_keys(base):
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((2, 5, 64))
+    offsets = np.array([0.0, 1.0, 2.5, 511.0, 2047.0])
+    rotated = rope(np.repeat(k[:, None, :], offsets.size, axis=1), offsets, base=base)
+    np.testing.assert_allclose(rope_offset_scores(q, k, offsets, base), np.einsum("pd,pod->po", q, rotated), atol=1e-10)
+    with pytest.raises(ValueError, match="both be"):
+        rope_offset_scores(q, k[:3], offsets)

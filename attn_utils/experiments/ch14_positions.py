@@ -114,6 +114,26 @@ def rope(x, positions=None, base: float = 10000.0, pairing: str = "adjacent") ->
     return out
 
 
+def rope_offset_scores(q, k, offsets, base: float = 10000.0) -> np.ndarray:
+    """Unscaled RoPE scores ``q·R_δ k`` of paired rows of ``q`` and ``k`` at many offsets, without rotating copies.
+
+    q, k : (P, d_k) one query and one key per row; offsets : (O,). Returns (P, O). Reading each feature
+    pair (adjacent pairing) as a complex number ``z = a + ib``, a rotation by ``φ`` is ``z e^{iφ}`` and a
+    2-D dot product is ``Re(conj(z_q) z_k)``, so ``q·R_δ k = Re Σ_c conj(z_q,c) z_k,c e^{iδθ_c}``: one
+    (P, d_k/2) × (d_k/2, O) product. Equal to rotating ``k`` with :func:`rope` (tested).
+    """
+    q = as_float_array("q", q, min_ndim=2)
+    k = as_float_array("k", k, min_ndim=2)
+    if q.shape != k.shape or q.ndim != 2:
+        raise ValueError(f"q and k must both be (P, d_k), received {q.shape} and {k.shape}")
+    d_k = _even("d_k (last axis of q)", q.shape[-1])
+    offsets = np.asarray(offsets, dtype=float)
+    if offsets.ndim != 1:
+        raise ValueError(f"offsets must be 1-D, received shape {offsets.shape}")
+    pair = np.conj(q[:, 0::2] + 1j * q[:, 1::2]) * (k[:, 0::2] + 1j * k[:, 1::2])  # (P, d_k/2)
+    return (pair @ np.exp(1j * rope_frequencies(d_k, base)[:, None] * offsets[None, :])).real
+
+
 def rope_matrix(position: float, d_k: int, base: float = 10000.0) -> np.ndarray:
     """``R_i``: the (d_k, d_k) block-diagonal matrix of 2×2 rotations by ``i·θ_c`` (adjacent pairs).
 
@@ -262,6 +282,7 @@ __all__ = [
     "rope_frequencies",
     "rope_matrix",
     "rope_multi_head_attention",
+    "rope_offset_scores",
     "same_offset_spread",
     "sinusoid_frequencies",
     "sinusoidal_positions",
