@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from attn_utils import softmax
 from attn_utils.experiments.ch05_qknorm import (
+    attention_logit_stats,
     cosine_logits,
     cosine_max_weight,
     cosine_score,
@@ -190,3 +191,53 @@ def test_cosine_score_registers_and_matches_numpy():
             register_cosine_score("dot")
     finally:
         SCORES.pop("test_cosine_unit", None)
+
+
+# ------------------------------------------------------------------ recording a run
+@pytest.mark.parametrize(
+    "cfg",
+    [ModelConfig(**SMALL), ModelConfig(**SMALL, qk_norm=True), ModelConfig(**SMALL, scale="none", q_init_scale=0.5)],
+)
+def test_recorded_logit_stats_match_the_harness_log(cfg):
+    seen = {"max_logit": [], "attn_entropy": [], "t": []}
+
+    def record(t, params, x):
+        seen["t"].append(t)
+        if x is not None:
+            m, e = attention_logit_stats(params, cfg, TASK, x)
+            seen["max_logit"].append(m)
+            seen["attn_entropy"].append(e)
+
+    loss, _ = train_per_parameter(cfg, TASK, [0, 1], steps=5, lr=0.05, optimizer="adam", record=record)
+    ref = train(cfg, TASK, [0, 1], steps=5, lr=0.05)
+    assert seen["t"] == list(range(6))  # before each update, and once after the last
+    np.testing.assert_allclose(loss, ref.loss, rtol=1e-10)
+    for key in ("max_logit", "attn_entropy"):
+        np.testing.assert_allclose(np.array(seen[key]), ref.stats[key], rtol=1e-9)
+
+
+def test_record_and_stats_arguments():
+    with pytest.raises(TypeError, match="record"):
+        train_per_parameter(ModelConfig(**SMALL), TASK, [0], steps=2, record=3)
+    cfg = ModelConfig(**SMALL, scale="learned")
+    with pytest.raises(ValueError, match="fixed scale"):
+        attention_logit_stats(init_params(cfg, TASK, [0]), cfg, TASK, np.zeros((2, TASK.seq_len), int))
+
+
+def test_a_zero_rate_freezes_a_parameter_and_float32_stays_float32():
+    cfg = ModelConfig(**SMALL, scale="learned", dtype="float32")
+    runs = train_variants(
+        cfg,
+        TASK,
+        {"learned": {}, "frozen": dict(lr_mult={"L0.log_scale": 0.0})},
+        [0, 1],
+        steps=4,
+        lr=0.05,
+        optimizer="adam",
+    )
+    start = init_params(cfg, TASK, [0, 1])["L0.log_scale"]
+    np.testing.assert_array_equal(runs["frozen"][1]["L0.log_scale"], start)
+    assert not np.array_equal(runs["learned"][1]["L0.log_scale"], start)
+    assert all(v.dtype == np.float32 for v in runs["learned"][1].values())
+    with pytest.raises(ValueError, match="eps_mult"):
+        train_per_parameter(cfg, TASK, [0], steps=2, optimizer="adam", eps_mult={"L0.log_scale": 0.0})

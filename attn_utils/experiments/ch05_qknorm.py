@@ -8,7 +8,10 @@ Two ways to drop the explicit ``1/√d_k``:
   trained or initial parameters; :func:`train_per_parameter` trains with a
   learning rate (and Adam ε) per parameter, which is what the two
   parametrisations differ by, and :func:`train_variants` trains several such
-  variants of one model side by side (stacked on the seed axis), paired seed by seed.
+  variants of one model side by side (stacked on the seed axis), paired seed by seed
+  (a learning-rate sweep is such a set of variants). A ``record`` hook sees the
+  parameters at every step: :func:`attention_logit_stats` measures the attention
+  logits there, and the gain of QK-norm can be read directly.
 * **Normalise q and k** and learn a gain: logits ``g·cos(q, k)`` are
   bounded by ``g`` (:func:`cosine_logits`), so a softmax over ``n`` keys can
   put at most :func:`cosine_max_weight` on one key; :func:`gain_for_max_weight`
@@ -32,6 +35,7 @@ from ..harness.training import (
     SCORES,
     ModelConfig,
     adam,
+    first_layer_qk,
     init_params,
     per_seed_loss,
     register_score,
@@ -80,19 +84,29 @@ def fold_query_scale(params: Params, config: ModelConfig) -> tuple[Params, Model
 
 
 # --------------------------------------------------------------------------- per-parameter optimiser
-def _multipliers(name: str, mult: Mapping[str, float] | None, keys) -> dict[str, float]:
+def _multipliers(name: str, mult: Mapping[str, float] | None, keys, allow_zero: bool = False) -> dict[str, float]:
+    """Each parameter's multiplier (default 1); ``allow_zero`` admits 0 (a learning rate of 0 freezes a parameter)."""
     mult = {} if mult is None else dict(mult)
     unknown = set(mult) - set(keys)
     if unknown:
         raise ValueError(f"{name} names unknown parameters {sorted(unknown)}; the parameters are {sorted(keys)}")
-    return {k: positive_scalar(f"{name}[{k!r}]", mult.get(k, 1.0)) for k in keys}
+    out = {}
+    for k in keys:
+        value = mult.get(k, 1.0)
+        if allow_zero and isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+            if value == 0:
+                out[k] = 0.0
+                continue
+        out[k] = positive_scalar(f"{name}[{k!r}]", value)
+    return out
 
 
 def _optimise(
-    config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params, optimizer: str
+    config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params, optimizer: str, record=None
 ) -> tuple[np.ndarray, Params]:
     """The update loop, with the harness's optimisers. lrs[k], epss[k] : (S,) per-seed rate and
-    Adam ε of parameter k.
+    Adam ε of parameter k. ``record(t, params, x)``, if given, is called before update ``t`` with
+    that step's batch ``x`` (S, batch, n), and with ``t = steps``, ``x = None`` after the last one.
 
     Returns (loss (steps, S) per seed before each update, final params)."""
     steps, S = xs.shape[0], xs.shape[1]
@@ -105,15 +119,20 @@ def _optimise(
 
     vg = value_and_grad(objective)
     shape = {k: (S,) + (1,) * (v.ndim - 1) for k, v in p.items()}
-    lrs = {k: np.reshape(v, shape[k]) for k, v in lrs.items()}
-    epss = {k: np.reshape(v, shape[k]) for k, v in epss.items()}
+    # in the parameters' own dtype, so that a float32 model trains in float32 (as in the harness)
+    lrs = {k: np.reshape(v, shape[k]).astype(p[k].dtype) for k, v in lrs.items()}
+    epss = {k: np.reshape(v, shape[k]).astype(p[k].dtype) for k, v in epss.items()}
     step = sgd(p, lrs) if optimizer == "sgd" else adam(p, lrs, eps=epss)
     history = np.empty((steps, S))
     with single_thread_blas():
         for t in range(steps):
+            if record is not None:
+                record(t, p, xs[t])
             _, g = vg(p, xs[t], ys[t])
             history[t] = per_seed["loss"]
             p = step(p, g, t + 1)
+        if record is not None:
+            record(steps, p, None)
     return history, p
 
 
@@ -133,14 +152,20 @@ def train_per_parameter(
     eps_mult: Mapping[str, float] | None = None,
     batch_size: int = 32,
     params: Params | None = None,
+    record=None,
 ) -> tuple[np.ndarray, Params]:
     """Train like :func:`attn_utils.train` (same initial parameters, same batches), with per-parameter rates.
 
-    Parameter ``k`` is updated with learning rate ``lr · lr_mult[k]`` (default multiplier 1) and,
+    Parameter ``k`` is updated with learning rate ``lr · lr_mult[k]`` (default multiplier 1; a
+    multiplier 0 keeps the parameter at its initial value) and,
     for Adam (β = 0.9, 0.999, ε = 1e-8 as in the harness), with ``ε · eps_mult[k]``. With no
     multipliers this reproduces :func:`attn_utils.train` step for step.
 
     params : start here instead of ``init_params(config, task, seeds)`` (e.g. folded parameters).
+    record : optional ``record(t, params, x)``, called before update ``t`` (``t = 0 … steps − 1``)
+        with the current parameters (each (S, …)) and that step's batch ``x`` (S, batch, n), and
+        once more with ``t = steps`` and ``x = None`` after the last update; its return value is
+        ignored (keep what it measures in a closure).
     Returns ``(loss, params)``: loss (steps, S) is each seed's training loss before each update
     (as ``TrainResult.loss``); params the final parameters (each (S, …)).
     """
@@ -151,10 +176,44 @@ def train_per_parameter(
     seeds = seed_tuple(seeds)
     p = init_params(config, task, seeds) if params is None else {k: np.array(v) for k, v in params.items()}
     S = len(seeds)
-    lrs = {k: np.full(S, lr * m) for k, m in _multipliers("lr_mult", lr_mult, p).items()}
+    lrs = {k: np.full(S, lr * m) for k, m in _multipliers("lr_mult", lr_mult, p, allow_zero=True).items()}
     epss = {k: np.full(S, 1e-8 * m) for k, m in _multipliers("eps_mult", eps_mult, p).items()}
+    if record is not None and not callable(record):
+        raise TypeError(f"record must be a function record(t, params, x), received {type(record).__name__}")
     xs, ys = step_batches(task, seeds, steps, batch_size)
-    return _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
+    return _optimise(config, task, p, xs, ys, lrs, epss, optimizer, record)
+
+
+def attention_logit_stats(params: Params, config: ModelConfig, task: Task, x) -> tuple[np.ndarray, np.ndarray]:
+    """Largest |attention logit| and mean attention entropy (nats) per seed, of a one-layer model.
+
+    Measured as :func:`attn_utils.train` logs them in ``TrainResult.stats`` (``max_logit``,
+    ``attn_entropy``), for the dot-product score with a fixed scale rule, with or without QK-norm:
+    logits ``c · q·k`` from :func:`attn_utils.harness.first_layer_qk`, with ``q, k`` rescaled to
+    length ``√d_k`` and the logits multiplied by the gain ``exp(log_gain)`` under QK-norm.
+
+    params : each (S, …); x : (batch, n) or (S, batch, n). Returns two arrays of shape (S,).
+    """
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")
+    if config.n_layers != 1 or config.score != "dot" or config.scale not in FIXED_SCALES or config.causal:
+        raise ValueError(
+            "attention_logit_stats needs one layer, the dot score, a fixed scale rule and no causal mask; "
+            f"received n_layers={config.n_layers}, score={config.score!r}, scale={config.scale!r}, "
+            f"causal={config.causal}"
+        )
+    q, k = first_layer_qk(params, config, task, x)  # (S, B, H, n, d_k), raw
+    d_k = config.head_dim
+    if config.qk_norm:
+        q = q * (d_k**0.5 / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-12))
+        k = k * (d_k**0.5 / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-12))
+    logits = (q @ np.swapaxes(k, -1, -2)) * config.fixed_scale()
+    if config.qk_norm:
+        logits = logits * np.exp(params["L0.log_gain"])[:, None, :, None, None]
+    z = logits - logits.max(axis=-1, keepdims=True)
+    w = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
+    entropy = -np.sum(w * np.log(np.where(w > 0, w, 1.0)), axis=-1).mean(axis=(1, 2, 3))
+    return np.abs(logits).max(axis=(1, 2, 3, 4)), entropy
 
 
 VARIANT_KEYS = ("lr", "lr_mult", "eps_mult")
@@ -196,7 +255,7 @@ def train_variants(
             raise ValueError(f"variant {name!r} must be a dict with keys among {VARIANT_KEYS}, received {spec!r}")
         rate = positive_scalar(f"variants[{name!r}]['lr']", spec.get("lr", lr))
         part = slice(i * S, (i + 1) * S)
-        for k, m in _multipliers(f"variants[{name!r}]['lr_mult']", spec.get("lr_mult"), base).items():
+        for k, m in _multipliers(f"variants[{name!r}]['lr_mult']", spec.get("lr_mult"), base, allow_zero=True).items():
             lrs[k][part] = rate * m
         for k, m in _multipliers(f"variants[{name!r}]['eps_mult']", spec.get("eps_mult"), base).items():
             epss[k][part] = 1e-8 * m
@@ -282,6 +341,7 @@ __all__ = [
     "fold_query_scale",
     "train_per_parameter",
     "train_variants",
+    "attention_logit_stats",
     "cosine_logits",
     "cosine_max_weight",
     "gain_for_max_weight",
