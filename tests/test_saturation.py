@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 from attn_utils import log_tail_mass, softmax
-from attn_utils.experiments.ch02_saturation import first_exact_one
+from attn_utils.experiments.ch02_saturation import first_exact_one, median_se, top_two_gap_cdf, top_two_gap_quantile
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -113,3 +113,46 @@ def test_first_exact_one_rejects_bad_input():
         first_exact_one([1.0, 2.0], [1.0, 2.0], dtype=np.int64)
     with pytest.raises(ValueError, match="overflows float16"):
         first_exact_one([1.0, 2.0], [1.0, 1e5], dtype=np.float16)
+
+
+# ---------------------------------------------------------------- top-two gap and median errors
+
+
+def test_top_two_gap_of_two_normals_is_half_normal():
+    # n = 2: Δ = |x1 − x2| with x1 − x2 ~ N(0, 2), so P(Δ ≤ t) = erf(t/2)
+    t = np.array([0.0, 0.3, 1.0, 2.5])
+    np.testing.assert_allclose(top_two_gap_cdf(t, 2), [math.erf(v / 2) for v in t], atol=1e-7)
+
+
+def test_top_two_gap_matches_monte_carlo():
+    x = np.sort(np.random.default_rng(11).standard_normal((100_000, 32)), axis=1)
+    gap = x[:, -1] - x[:, -2]
+    for t in (0.1, 0.3, 1.0):
+        p = np.mean(gap <= t)
+        assert abs(top_two_gap_cdf(t, 32) - p) < 5 * math.sqrt(p * (1 - p) / gap.size)
+    assert abs(top_two_gap_quantile(0.5, 32) - np.median(gap)) < 0.01
+
+
+def test_top_two_gap_cdf_is_a_distribution_function():
+    t = np.linspace(0.0, 8.0, 50)
+    cdf = top_two_gap_cdf(t, 16)
+    assert cdf[0] == 0.0 and abs(cdf[-1] - 1.0) < 1e-6 and np.all(np.diff(cdf) >= 0)
+    assert top_two_gap_cdf(top_two_gap_quantile(0.3, 16), 16) == pytest.approx(0.3, abs=1e-9)
+
+
+def test_top_two_gap_rejects_bad_input():
+    with pytest.raises(ValueError, match="n must"):
+        top_two_gap_cdf(0.5, 1)
+    with pytest.raises(ValueError, match="t must"):
+        top_two_gap_cdf(-0.5, 4)
+    with pytest.raises(ValueError, match="prob"):
+        top_two_gap_quantile(1.0, 4)
+
+
+def test_median_se_matches_the_spread_of_medians():
+    rng = np.random.default_rng(5)
+    medians = np.median(rng.standard_normal((2000, 401)), axis=1)
+    estimates = [median_se(rng.standard_normal(401)) for _ in range(200)]
+    assert np.mean(estimates) == pytest.approx(np.std(medians), rel=0.15)
+    with pytest.raises(ValueError, match="at least 16"):
+        median_se(np.arange(10.0))
