@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 from attn_utils import attention_query_jacobian, numerical_jacobian, softmax, softmax_core, softmax_jacobian
-from attn_utils.experiments.ch03_gradients import softmax_jacobian_from_logits
+from attn_utils.experiments.ch03_gradients import ols, softmax_jacobian_from_logits
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -201,3 +201,14 @@ def test_query_jacobian_centre_does_not_matter():
     o, k_bar = np.einsum("bj,bje->be", p, values), np.einsum("bj,bjd->bd", p, keys)
     plain = np.einsum("bj,bje,bjd->bed", p, values, keys) - o[:, :, None] * k_bar[:, None, :]
     np.testing.assert_allclose(attention_query_jacobian(q, keys, values), 0.5 * plain, rtol=0, atol=1e-14)
+
+
+def test_ols_recovers_coefficients_and_standard_errors():
+    rng = np.random.default_rng(2)
+    X = np.stack([np.ones(400), rng.standard_normal(400), rng.uniform(-5, 5, 400)], axis=1)
+    beta, se = ols(X, X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.standard_normal(400))
+    np.testing.assert_allclose(beta, [1.0, -2.0, 0.5], atol=5 * se.max())
+    expected_se = 0.1 * np.sqrt(np.diag(np.linalg.inv(X.T @ X)))
+    np.testing.assert_allclose(se, expected_se, rtol=0.2)
+    with pytest.raises(ValueError, match="N > k"):
+        ols(X[:2], np.zeros(2))

@@ -7,6 +7,8 @@
   so that its diagonal ``p_i (1 − p_i)`` stays accurate when ``p_i`` is within
   rounding of 1 (where :func:`attn_utils.softmax_jacobian`, which only sees ``p``,
   must return 0).
+* :func:`ols` — least-squares coefficients with their standard errors, for the chapter's claim that
+  the log of the Jacobian falls with the top-two gap and not with the size of the logits.
 """
 
 from __future__ import annotations
@@ -39,4 +41,21 @@ def softmax_jacobian_from_logits(z) -> np.ndarray:
     return jac
 
 
-__all__ = ["softmax_jacobian_from_logits"]
+def ols(X, y) -> tuple[np.ndarray, np.ndarray]:
+    """Ordinary least squares ``y ≈ X β`` with the classical standard errors of ``β``.
+
+    X : (N, k) design matrix (include a column of ones for an intercept), N > k, full column rank
+    y : (N,) responses → (β, se), each (k,); ``se = sqrt(diag(σ̂² (XᵀX)⁻¹))``, ``σ̂²`` the residual
+    variance with N − k degrees of freedom.
+    """
+    X, y = as_float_array("X", X), as_float_array("y", y)
+    if X.ndim != 2 or y.shape != (X.shape[0],) or X.shape[0] <= X.shape[1]:
+        raise ValueError(f"X must be (N, k) with N > k and y (N,); received X {X.shape}, y {y.shape}")
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    resid = y - X @ beta
+    sigma2 = resid @ resid / (X.shape[0] - X.shape[1])
+    cov = sigma2 * np.linalg.inv(X.T @ X)
+    return beta, np.sqrt(np.diag(cov))
+
+
+__all__ = ["ols", "softmax_jacobian_from_logits"]
