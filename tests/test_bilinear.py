@@ -264,6 +264,36 @@ def test_factorization_rank_equals_the_manifold_dimension(d, dk):
     assert factorization_rank(w_q) == d * dk - dk * (dk - 1) // 2
 
 
+def test_a_rank_dk_form_factors_through_its_svd_and_its_symmetric_part_is_nearest():
+    """Chapter 8, prop-ch8-rank: any rank-d_k form is W_q W_kᵀ (thin SVD), of rank d_k; the nearest
+    symmetric matrix is ½(M + Mᵀ), at Frobenius distance ½‖M − Mᵀ‖ (moved from the chapter: identities)."""
+    rng = np.random.default_rng(11)
+    d, dk = 12, 4
+    w_q, w_k = rng.normal(size=(d, dk)), rng.normal(size=(d, dk))
+    assert np.linalg.matrix_rank(w_q @ w_k.T) == dk
+    m = rng.normal(size=(d, dk)) @ rng.normal(size=(dk, d))
+    u, sv, vt = np.linalg.svd(m)
+    np.testing.assert_allclose((u[:, :dk] * np.sqrt(sv[:dk])) @ (vt[:dk].T * np.sqrt(sv[:dk])).T, m, atol=1e-10)
+    sym = 0.5 * (m + m.T)
+    assert np.linalg.norm(m - sym) == pytest.approx(0.5 * np.linalg.norm(m - m.T), rel=1e-12)
+    for _ in range(20):  # no other symmetric matrix (a shared projection's W Wᵀ included) comes closer
+        w = rng.normal(size=(d, dk))
+        assert np.linalg.norm(m - w @ w.T) >= np.linalg.norm(m - sym)
+
+
+def test_an_indefinite_symmetric_form_breaks_cauchy_schwarz_with_x_and_minus_x():
+    """Chapter 8, prop-ch8-psd: symmetry alone gives no self-preference; x, −x with xMxᵀ < 0 peak off the diagonal."""
+    rng = np.random.default_rng(12)
+    w = rng.normal(size=(6, 4))
+    m = w @ np.diag([1.0, 1.0, -1.0, -1.0]) @ w.T
+    x = np.linalg.eigh(m)[1][:, 0]  # eigenvector of the most negative eigenvalue: xMxᵀ < 0
+    z = np.stack([x, -x]) @ m @ np.stack([x, -x]).T
+    assert z[0, 0] < 0 and z[0, 1] > max(z[0, 0], z[1, 1])
+    assert argmax_offset_rate(z, 0) == 0.0
+    z_psd = np.stack([x, -x]) @ (w @ w.T) @ np.stack([x, -x]).T  # the shared (PSD) form on the same tokens
+    assert argmax_offset_rate(z_psd, 0) == 1.0
+
+
 def test_factorization_rank_validates():
     with pytest.raises(ValueError, match="w_k"):
         factorization_rank(np.ones((4, 2)), np.ones((4, 3)))

@@ -9,7 +9,7 @@ from autograd import grad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import attention_scores, softmax
+from attn_utils import attention_scores, count_macs, softmax
 from attn_utils.experiments.ch05_qknorm import cosine_logits
 from attn_utils.experiments.ch07_scores import (
     LR_GRID,
@@ -125,6 +125,19 @@ def test_counter_accumulates_and_only_additive_needs_a_pair_by_feature_array():
 
 
 @pytest.mark.parametrize("name", SCORE_NAMES)
+def test_count_macs_sees_the_products_a_score_executes(name):
+    rng = np.random.default_rng(5)
+    q, k = _qk(rng, lead=(2,), n_q=5, n_k=7, d=4)
+    counted = ScoreCost()
+    with count_macs() as c:
+        score(name, q, k, init_score_params(name, rng, 4), counter=counted)
+    assert c.macs == counted.macs == score_cost(name, 5, 7, 4, batch=2).macs
+    with count_macs() as c:
+        linear_attention(q, k, rng.standard_normal((2, 7, 3)))
+    assert c.macs == 2 * (7 * 4 * 3 + 5 * 4 * 3)
+
+
+@pytest.mark.parametrize("name", SCORE_NAMES)
 def test_weight_rules(name):
     rng = np.random.default_rng(5)
     q, k = _qk(rng)
@@ -155,6 +168,8 @@ def test_parameter_counts_come_from_the_init_arrays():
     want = {"bilinear": d * d, "additive": d, "cosine": 1}
     for name in SCORE_NAMES:
         assert score_param_count(name, d) == want.get(name, 0)
+        drawn = init_score_params(name, np.random.default_rng(0), d)
+        assert sum(a.size for a in drawn.values()) == score_param_count(name, d)
     assert float(np.exp(init_score_params("cosine", np.random.default_rng(0), 16)["log_gain"])) == pytest.approx(4.0)
 
 

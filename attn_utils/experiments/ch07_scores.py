@@ -8,7 +8,8 @@ two ways:
   ``ModelConfig(score=name, scale="none")`` trains a model with it (importing registers nothing);
 * as a plain numpy function, :func:`score` (with :func:`score_weights` for the weights), whose
   ``counter`` argument tallies the arithmetic it actually performs into a :class:`ScoreCost`;
-  :func:`score_cost` is the closed form of that count.
+  :func:`score_cost` is the closed form of that count. Every matrix product also reports its
+  multiply-adds to :func:`attn_utils.count_macs` (``with au.count_macs() as c: score(...)``).
 
 =============== ==================================================== ============= ==================
 name            raw score ``s(q, k)`` for ``q, k ∈ R^d``             weights       own parameters
@@ -46,6 +47,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.extend import defvjp, primitive
 
+from ..book.measuring import record_macs
 from ..harness.training import SCORES, register_score
 from ..softmax import softmax
 from ..validation import as_float_array, check_same_leading, positive_int
@@ -101,7 +103,9 @@ class _Ops:
 
     def matmul(self, a, b):
         out = anp.matmul(a, b)
-        return self._tally(out, "macs", np.size(out) * a.shape[-1] if self.cost is not None else 0)
+        macs = np.size(out) * a.shape[-1]
+        record_macs(macs)  # what ``with au.count_macs() as c:`` sees: the products actually executed
+        return self._tally(out, "macs", macs if self.cost is not None else 0)
 
     def _ew(self, out):
         return self._tally(out, "elementwise", np.size(out) if self.cost is not None else 0)
@@ -469,8 +473,10 @@ def score_cost(name: str, n_q: int, n_k: int, d: int, batch: int = 1) -> ScoreCo
 
 
 def score_param_count(name: str, d: int) -> int:
-    """Number of parameters a score adds per head on top of W_Q and W_K (from :func:`init_score_params`)."""
-    return int(sum(p.size for p in init_score_params(name, np.random.default_rng(0), d).values()))
+    """Number of parameters a score adds per head on top of W_Q and W_K: the sizes of the arrays
+    :func:`init_score_params` returns (counted from their shapes, without drawing them)."""
+    d = positive_int("d", d)
+    return int(sum(math.prod(shape) for shape in _param_shapes(_check_name(name), d).values()))
 
 
 # --------------------------------------------------------------------------- logits at initialisation
