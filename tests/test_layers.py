@@ -88,6 +88,28 @@ def test_closed_forms_values_and_d_in():
     assert c.macs == rnn_macs(5, 3, d_in=7)
 
 
+def test_table1_exponents_of_the_closed_forms():
+    """Table 1's first and third columns as exponents of (eq-ch11-macs) and (eq-ch11-paths); chapter 11 checks that
+    the counted costs and measured path lengths equal these closed forms exactly, and only prints the fits."""
+    n, d = 2 ** np.arange(4, 11), 2 ** np.arange(4, 10)
+    for macs, a_n, a_d in [
+        (lambda n, d: attention_macs(n, d, projections=False), 2, 1),
+        (rnn_macs, 1, 2),
+        (lstm_macs, 1, 2),
+        (lambda n, d: conv_macs(n, d, 3), 1, 2),
+    ]:
+        assert loglog_slope(n, [macs(k, 64) for k in n]) == pytest.approx(a_n, abs=1e-12)
+        assert loglog_slope(d, [macs(64, k) for k in d]) == pytest.approx(a_d, abs=1e-12)
+    w = np.array([2, 3, 5, 9])
+    assert loglog_slope(w, [conv_macs(64, 64, k) for k in w]) == pytest.approx(1, abs=1e-12)
+    full = np.array([attention_macs(k, 64) for k in n])  # the full layer: local exponent from 1 towards 2
+    local = np.log2(full[1:] / full[:-1])
+    assert local[0] < 1.2 and local[-1] > 1.8 and np.all(np.diff(local) > 0)
+    paths = 2 ** np.arange(3, 9)
+    assert loglog_slope(paths, [layers_to_connect("conv", k, w=3) for k in paths]) == pytest.approx(1, abs=0.02)
+    assert [layers_to_connect("conv", k, w=2, dilation_base=2) for k in paths] == list(np.log2(paths).astype(int))
+
+
 def test_counters_nest_and_stop_outside():
     rng = np.random.default_rng(1)
     x, p = rng.normal(size=(4, 3)), init_conv_params(rng, 3, 2)
