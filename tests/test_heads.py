@@ -53,6 +53,33 @@ def test_mha_macs_fixed_dk_grows_linearly_and_matches_param_count():
     assert a["projections"] == 5 * mha_param_count(16, 2, d_k=8, d_v=8)
 
 
+@pytest.mark.parametrize("h", [1, 2, 8, 64])
+def test_parameters_and_attention_weights_at_d_over_h(h):
+    """The shape counts chapter 9 prints: 4·d_model² weights and h·n² attention weights for every h."""
+    rng = np.random.default_rng(0)
+    d, n = 128, 16
+    params = init_mha_params(rng, d, h)
+    assert sum(w.size for w in params.values()) == 4 * d * d == mha_param_count(d, h)
+    _, weights = self_attention_layer(rng.standard_normal((n, d)), params, h=h)
+    assert weights.size == h * n * n
+
+
+def test_parameters_grow_with_h_at_fixed_dk_and_harness_layers_match():
+    rng = np.random.default_rng(0)
+    fixed = {h: sum(w.size for w in init_mha_params(rng, 512, h, d_k=64, d_v=64).values()) for h in (8, 16)}
+    assert fixed[16] == 2 * fixed[8]
+    task = two_relation_task(n=6, vocab=4)
+    sizes = {
+        h: sum(
+            v[0].size
+            for k, v in init_params(ModelConfig(d_model=16, n_heads=h), task, (0,)).items()
+            if k.startswith("L0.")
+        )
+        for h in (1, 2, 16)
+    }
+    assert sizes[1] == sizes[2] == sizes[16]
+
+
 def test_mha_macs_validation():
     with pytest.raises(ValueError, match="divisible"):
         mha_macs(4, 10, 3)
@@ -127,6 +154,16 @@ def test_fit_attention_pattern_floor():
     assert short.kl >= 0.5 * (t - s) ** 2 / 3  # Pinsker bound from the chapter
     np.testing.assert_allclose(short.pattern, softmax(short.q @ short.k.T))
     assert short.kl_restarts.shape == (4,)
+
+
+def test_three_token_size_one_optimum():
+    """The optimum chapter 9 checks its 16-restart fit against: 200 independent restarts of 3000 steps agree."""
+    target = softmax(3.0 * np.eye(3))
+    fit = fit_attention_pattern(target, 1, np.random.default_rng(12345), restarts=200, steps=3000)
+    assert fit.kl == pytest.approx(0.27563, abs=5e-6)
+    assert fit.kl_restarts.max() - fit.kl < 1e-4  # no restart ends in another local minimum
+    t, s = target[0, 0], target[0, 1]
+    assert fit.kl > 2 * (t - s) ** 2 / 6  # the Pinsker bound holds with room to spare
 
 
 def test_fit_attention_pattern_validation():
@@ -271,6 +308,19 @@ def test_hard_pattern_factors_identity_beats_the_rank_bound():
     p = softmax(q @ k.T)
     assert np.diag(p).min() >= 0.99
     assert min_head_dim(p) <= 2 < n - 1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_rank_limited_logits_make_identity_sharp_for_unit_vectors(seed):
+    """Chapter 9: n = 50 distinct unit vectors in 8 dimensions; c = log((n−1)w/(1−w))/(1 − max cos) on c·XXᵀ
+    puts at least w on the diagonal (the circle argument with δ = 1 − max cos)."""
+    rng = np.random.default_rng(seed)
+    n, d, w = 50, 8, 0.999
+    x = rng.standard_normal((n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cos_max = (x @ x.T - 2 * np.eye(n)).max()
+    c = np.log((n - 1) * w / (1 - w)) / (1 - cos_max)
+    assert np.diag(softmax(c * x @ x.T)).min() >= w
 
 
 @pytest.mark.parametrize(
