@@ -1,5 +1,6 @@
 """Unit and property tests for attn_utils.experiments.ch06_bottleneck (chapter 6)."""
 
+import itertools
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ from attn_utils import harness as hz
 from attn_utils.experiments.ch06_bottleneck import (
     bag_accuracy_bound,
     copy_tokens,
+    exact_positions,
     fano_bits,
     ids_to_words,
     keyword_attention_mass,
@@ -321,3 +323,63 @@ def test_position_accuracy_averages_to_the_run_accuracy():
         position_accuracy(run, 2)
     with pytest.raises(TypeError, match="CodeRun"):
         position_accuracy(object())
+
+
+# ---------------------------------------------------------------- exact copying (proposition prop-ch6-linear)
+
+
+def _exact_by_enumeration(params, vocab):
+    """Positions decoded correctly, as the unique largest logit, on every one of the vocab**m inputs."""
+    m = params["C"].shape[1] // vocab
+    every = np.array(list(itertools.product(range(vocab), repeat=m)))
+    logits = linear_code_logits(params, np.broadcast_to(every, (params["C"].shape[0],) + every.shape), vocab)
+    target = np.take_along_axis(logits, every[None, :, :, None], axis=-1)[..., 0]
+    rivals = np.where(np.arange(vocab) == every[None, :, :, None], -np.inf, logits).max(axis=-1)
+    return (target > rivals).all(axis=1)
+
+
+def _code_copying_first_positions(m, vocab, d, noise, seed):
+    """A code whose first min(d, m) positions are copied exactly (plus noise): c[j, t] = t·e_j, D_i reads e_i."""
+    rng = np.random.default_rng(seed)
+    C = np.zeros((m * vocab, d))
+    D = np.zeros((d, m * vocab))
+    for j in range(min(d, m)):
+        C[j * vocab : (j + 1) * vocab, j] = np.arange(vocab)
+        D[j, j * vocab : (j + 1) * vocab] = 2 * np.arange(vocab)
+    b = np.zeros((1, m * vocab))
+    for j in range(min(d, m)):
+        b[0, j * vocab : (j + 1) * vocab] = -(np.arange(vocab) ** 2)  # logit_t = 2·t·x − t², largest at t = x
+    p = {"C": C[None], "D": D[None], "b": b[None]}
+    return {k: v + noise * rng.standard_normal(v.shape) for k, v in p.items()}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("m", "vocab", "d"), [(3, 3, 2), (4, 2, 2), (3, 4, 3), (5, 2, 1)])
+def test_exact_positions_agrees_with_enumerating_every_input(m, vocab, d, seed):
+    rng = np.random.default_rng(seed)
+    random = linear_code_init([seed, seed + 50], m, vocab, d)
+    random = {k: v * rng.uniform(0.5, 3) + rng.standard_normal(v.shape) for k, v in random.items()}
+    built = _code_copying_first_positions(m, vocab, d, noise=0.05 * seed, seed=seed)
+    for params in (random, built):
+        np.testing.assert_array_equal(exact_positions(params, vocab), _exact_by_enumeration(params, vocab))
+    assert exact_positions(built, vocab)[0].sum() >= (min(d, m) if seed == 0 else 0)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.integers(1, 4), st.integers(2, 4), st.integers(1, 3), st.floats(0.0, 0.5), st.integers(0, 10_000))
+def test_no_linear_code_copies_more_than_d_positions_exactly(m, vocab, d, noise, seed):
+    """prop-ch6-linear: at most d positions exact, also for codes built to copy as many as they can."""
+    params = _code_copying_first_positions(m, vocab, d, noise, seed)
+    exact = exact_positions(params, vocab)
+    assert exact.sum() <= d
+    np.testing.assert_array_equal(exact, _exact_by_enumeration(params, vocab))
+    if noise == 0:
+        assert exact.sum() == min(d, m)  # the bound is attained
+
+
+def test_exact_positions_validates():
+    p = linear_code_init([0], 2, 3, 2)
+    with pytest.raises(ValueError, match="params"):
+        exact_positions({**p, "D": p["D"][:, :1]}, 3)
+    with pytest.raises(ValueError, match="multiple"):
+        exact_positions(p, 4)

@@ -218,9 +218,7 @@ def linear_code_init(seeds, m: int, vocab: int, d: int) -> dict:
 def _one_hot_positions(s: np.ndarray, vocab: int) -> np.ndarray:
     """``s (S, B, m)`` → ``(S, B, m·vocab)`` with a 1 at column ``j·vocab + s_j`` for every ``j``."""
     S, B, m = s.shape
-    out = np.zeros((S, B, m * vocab))
-    np.put_along_axis(out, s + vocab * np.arange(m), 1.0, axis=2)
-    return out
+    return (s[..., None] == np.arange(vocab)).reshape(S, B, m * vocab).astype(float)
 
 
 def linear_code_logits(params: dict, s, vocab: int) -> np.ndarray:
@@ -262,6 +260,40 @@ def linear_code_loss_and_grad(params: dict, s, vocab: int) -> tuple[np.ndarray, 
         "C": hot.transpose(0, 2, 1) @ (g @ params["D"].transpose(0, 2, 1)),
     }
     return loss, grads
+
+
+def exact_positions(params: dict, vocab: int) -> np.ndarray:
+    """Which positions a linear code copies correctly for *every* input sequence, ``(S, m)`` bools.
+
+    params : ``{"C": (S, m·vocab, d), "D": (S, d, m·vocab), "b": (S, 1, m·vocab)}`` (one code per
+    seed, as trained by :func:`train_linear_code`). The logits are a sum of one term per input
+    position, ``U[j, t, i, :] = c[j, t] D_i`` for token ``t`` at ``j``, plus ``b_i``, so the worst case
+    over all ``vocab**m`` inputs splits position by position: token ``τ`` at ``i`` beats ``σ`` on every
+    input iff ``U[i,τ,i,τ] − U[i,τ,i,σ] + b_i[τ] − b_i[σ] + Σ_{j≠i} min_t (U[j,t,i,τ] − U[j,t,i,σ]) > 0``.
+    Position ``i`` is copied exactly iff this holds for every pair ``τ ≠ σ`` (a tie counts as an
+    error). Exact, no sampling: the certificate behind the proposition that at most ``d`` positions
+    can be copied exactly.
+    """
+    C, D, b = (np.asarray(params[k], dtype=float) for k in ("C", "D", "b"))
+    if C.ndim != 3 or D.shape != (C.shape[0], C.shape[2], C.shape[1]) or b.shape != (C.shape[0], 1, C.shape[1]):
+        raise ValueError(
+            f"params must hold C (S, m·vocab, d), D (S, d, m·vocab), b (S, 1, m·vocab); "
+            f"received {C.shape}, {D.shape}, {b.shape}"
+        )
+    vocab = _vocab(vocab)
+    S, mv, _ = C.shape
+    if mv % vocab:
+        raise ValueError(f"C has {mv} rows, not a multiple of vocab = {vocab}")
+    m = mv // vocab
+    U = (C @ D).reshape(S, m, vocab, m, vocab)  # U[s, j, t, i, τ]
+    diff = U[..., :, None] - U[..., None, :]  # (S, j, t, i, τ, σ): logit τ minus logit σ at i
+    worst = diff.min(axis=2)  # (S, j, i, τ, σ): the worst token at j
+    others = worst.sum(axis=1) - np.einsum("sjjab->sjab", worst)  # Σ over j ≠ i, (S, i, τ, σ)
+    own = np.einsum("siaiab->siab", diff)  # j = i and t = τ: the token that is there, (S, i, τ, σ)
+    bias = b.reshape(S, m, vocab)
+    margin = own + others + bias[..., :, None] - bias[..., None, :]
+    margin[..., np.arange(vocab), np.arange(vocab)] = np.inf  # τ = σ is no competitor
+    return (margin > 0).all(axis=(2, 3))
 
 
 def copy_tokens(seeds, stream: int, count: int, m: int, vocab: int) -> np.ndarray:
@@ -528,6 +560,7 @@ __all__ = [
     "linear_code_init",
     "linear_code_logits",
     "linear_code_loss_and_grad",
+    "exact_positions",
     "CodeRun",
     "copy_tokens",
     "train_linear_code",
