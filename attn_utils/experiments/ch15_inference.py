@@ -137,9 +137,11 @@ RELEASED_PARAMS = {
     "mistral-7b": 7_241_732_096,
 }
 """Parameters of the released Hugging Face checkpoints (meta-llama/Llama-2-7b-hf, Llama-2-70b-hf,
-mistralai/Mistral-7B-v0.1): the sum of the sizes of the tensors in their weight files, which is the
-count ``transformers`` reports; Mistral's index file gives 14,483,464,192 bytes in bfloat16, twice its
-count. An independent record to compare :meth:`TransformerConfig.param_count` with."""
+mistralai/Mistral-7B-v0.1): the parameter count ``transformers`` reports for them (``num_parameters()``).
+Mistral's index file gives 14,483,464,192 bytes in bfloat16, twice its count. The Llama 2 weight files
+hold more than the parameters: each layer also stores its rotary ``inv_freq`` buffer (64 float32
+numbers), so their index totals exceed twice the count by 32 (7B) and 80 (70B) such buffers. An
+independent record to compare :meth:`TransformerConfig.param_count` with."""
 
 GiB = 2**30
 
