@@ -22,7 +22,8 @@ def test_sweep_shapes_and_types():
     sw = scale_exponent_sweep(np.random.default_rng(0), [4, 16, 64], [0.0, 0.5], n_keys=8, n_draws=50)
     assert isinstance(sw, ScaleSweep)
     for field in ("logit_var", "entropy", "max_prob", "grad_median", "grad_mean"):
-        assert getattr(sw, field).shape == (2, 3)
+        assert getattr(sw, field).shape == getattr(sw, field + "_se").shape == (2, 3)
+        assert np.all(getattr(sw, field + "_se") >= 0)
     assert sw.d_values.dtype == np.int64 and sw.n_keys == 8 and sw.n_draws == 50
 
 
@@ -75,6 +76,37 @@ def test_direct_gradient_matches_hand_formula_on_the_same_draws():
     grad = np.linalg.norm(s * np.einsum("mk,mkd->md", w, k), axis=-1)
     assert sw.grad_median[0, 0] == pytest.approx(np.median(grad), rel=1e-12)
     assert sw.grad_mean[0, 0] == pytest.approx(np.mean(grad), rel=1e-12)
+    # the standard errors, from their definitions on the same draws
+    assert sw.grad_mean_se[0, 0] == pytest.approx(np.std(grad, ddof=1) / np.sqrt(m), rel=1e-12)
+    lo, hi = np.quantile(grad, [0.5 - 1 / np.sqrt(m), 0.5 + 1 / np.sqrt(m)])
+    assert sw.grad_median_se[0, 0] == pytest.approx((hi - lo) / 4, rel=1e-12)
+    ent = au.entropy(p) / np.log(n)
+    assert sw.entropy_se[0, 0] == pytest.approx(np.std(ent, ddof=1) / np.sqrt(m), rel=1e-12)
+    z = s * np.einsum("mkd,md->mk", k, q)
+    rows = np.mean((z - z.mean()) ** 2, axis=-1)
+    assert sw.logit_var[0, 0] == pytest.approx(rows.mean(), rel=1e-12)
+    assert sw.logit_var_se[0, 0] == pytest.approx(np.std(rows, ddof=1) / np.sqrt(m), rel=1e-12)
+
+
+@pytest.mark.parametrize("field", ["logit_var", "entropy", "max_prob", "grad_median", "grad_mean"])
+def test_standard_errors_match_the_spread_over_repeated_sweeps(field):
+    # the reported SE is the sd of the statistic over independent sweeps (within the noise of 60 repeats)
+    rng = np.random.default_rng(11)
+    runs = [scale_exponent_sweep(rng, [8], [0.5], n_keys=8, n_draws=400, method="mixture") for _ in range(60)]
+    values = np.array([getattr(r, field)[0, 0] for r in runs])
+    reported = np.mean([getattr(r, field + "_se")[0, 0] for r in runs])
+    assert values.std(ddof=1) == pytest.approx(reported, rel=0.3)
+
+
+def test_rest_dof_shift_zero_is_the_chi2_d_law():
+    # u ~ χ²_d instead of χ²_(d−1): same weights, larger gradients (by about √(d/(d−1)) at small d)
+    kw = dict(n_keys=8, n_draws=20_000, method="mixture")
+    right = scale_exponent_sweep(np.random.default_rng(12), [4], [0.5], **kw)
+    wrong = scale_exponent_sweep(np.random.default_rng(12), [4], [0.5], rest_dof_shift=0, **kw)
+    np.testing.assert_array_equal(right.entropy, wrong.entropy)  # the logits do not involve u
+    assert wrong.grad_median[0, 0] > 1.05 * right.grad_median[0, 0]
+    d1 = scale_exponent_sweep(np.random.default_rng(13), [1], [0.5], rest_dof_shift=0, **kw)
+    assert np.all(np.isfinite(d1.grad_median))
 
 
 def test_d_equal_one_is_allowed_in_mixture():
@@ -99,6 +131,8 @@ def test_sweep_is_reproducible():
         (dict(n_keys=1), ValueError, "n_keys"),
         (dict(n_draws=1), ValueError, "n_draws"),
         (dict(method="exact"), ValueError, "method"),
+        (dict(method="mixture", rest_dof_shift=1), ValueError, "rest_dof_shift"),
+        (dict(rest_dof_shift=0), ValueError, "rest_dof_shift"),
     ],
 )
 def test_sweep_rejects_bad_arguments(kwargs, exc, match):
@@ -259,10 +293,30 @@ def test_grid_seeds_are_independent_of_members():
     np.testing.assert_allclose(two.loss[:, 1, 1], one.loss[:, 0, 0], rtol=1e-12)
 
 
+def test_grid_member_on_fewer_seeds_is_the_same_model():
+    # (rule, lr, n): trained on the first n seeds only, the same models as with all seeds; the rest NaN
+    task = hz.recall_task()
+    kw = dict(d_k=8, steps=6, batch_size=4, eval_size=8)
+    full = train_scale_rules(task, [("sqrt", 1e-2), ("learned", 1e-2)], (2, 5, 7), **kw)
+    part = train_scale_rules(task, [("sqrt", 1e-2, 3), ("learned", 1e-2, 2)], (2, 5, 7), **kw)
+    assert part.n_seeds == (3, 2) and part.loss.shape == (6, 2, 3) and part.accuracy.shape == (2, 3)
+    assert np.isnan(part.accuracy[1, 2]) and np.isnan(part.scale[1, 2]) and np.all(np.isnan(part.loss[:, 1, 2]))
+    for field in ("loss", "accuracy", "eval_loss", "scale"):
+        np.testing.assert_allclose(part.per_seed(field, 0), full.per_seed(field, 0), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(part.per_seed(field, 1), full.per_seed(field, 1)[..., :2], rtol=1e-9, atol=1e-12)
+    assert part.per_seed("accuracy", 1).shape == (2,) and part.per_seed("loss", 1).shape == (6, 2)
+    mine, ref = part.params_of(1), full.params_of(1)
+    for name, value in mine.items():
+        assert value.shape[0] == 2
+        np.testing.assert_allclose(value, ref[name][:2], rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "members, kwargs, exc, match",
     [
         ([], {}, ValueError, "members"),
+        ([("sqrt", 1e-2, 2)], {}, ValueError, "n_seeds"),
+        ([("sqrt", 1e-2, 0)], {}, ValueError, "n_seeds"),
         ([("sqrt",)], {}, TypeError, "pair"),
         ([("cube", 1e-2)], {}, ValueError, "rule"),
         ([("sqrt", -1.0)], {}, ValueError, "lr"),
