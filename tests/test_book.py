@@ -5,6 +5,7 @@ These checks read files only; nbval (run with ``--nbval``) re-executes the noteb
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -336,3 +337,37 @@ def test_every_draw_derives_from_the_seed_base(path):
     for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
         found = UNSEEDED_DRAW.search("".join(cell["source"]))
         assert not found, f"code cell {i} of {path.name} draws with {found.group(0)}: use au.rng / au.seeds"
+
+
+def _is_exact(call) -> bool:
+    """``au.check(..., tol=<literal ≤ 1e-9>)``: a comparison at rounding level, which needs no wrong answer."""
+    tol = call.args[3] if len(call.args) >= 4 else next((k.value for k in call.keywords if k.arg == "tol"), None)
+    return isinstance(tol, ast.Constant) and isinstance(tol.value, (int, float)) and tol.value <= 1e-9
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_check_names_the_wrong_answer_it_rules_out(path):
+    """A check that compares with theory under a tolerance or a bound says which wrong answer it
+    excludes (``rules_out=``; the check refuses a tolerance that would accept it). Exempt: a comparison
+    at rounding level (``au.check`` with a literal tol ≤ 1e-9) and ``au.check_allclose``, which compare
+    two independent computations exactly (CONTRIBUTING.md, "What a check rules out")."""
+    nb = load(path)
+    missing = []
+    for i, cell in enumerate(c for c in nb["cells"] if c["cell_type"] == "code"):
+        source = "".join(cell["source"])
+        for node in ast.walk(ast.parse(source)):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if getattr(node.func.value, "id", "") != "au" or node.func.attr not in (
+                "check",
+                "check_bound",
+                "check_seeds",
+                "check_count",
+            ):
+                continue
+            if any(k.arg == "rules_out" for k in node.keywords):
+                continue
+            if node.func.attr == "check" and _is_exact(node):
+                continue
+            missing.append(f"code cell {i}: {ast.get_source_segment(source, node)[:80]}")
+    assert not missing, f"{path.name}: checks without rules_out=\n" + "\n".join(missing)
