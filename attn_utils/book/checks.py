@@ -78,6 +78,25 @@ def _refuse_accepting(name: str, accepts, wrong: dict, fmt: str, what: str) -> N
             )
 
 
+def _interval_wrong_answers(
+    func: str, name: str, lower, upper, rules_out, fmt: str, lo: str = "lower", hi: str = "upper"
+) -> dict:
+    """Validate an interval check's bounds and its ``rules_out`` (refused if a value lies inside)."""
+    if upper is None and lower is None:
+        raise ValueError(f"{func} needs {hi}, {lo} or both")
+    if upper is not None and lower is not None and not lower <= upper:
+        raise ValueError(f"{func} {name!r}: {lo} ({lower}) must be ≤ {hi} ({upper})")
+    wrong = _wrong_answers(rules_out)
+    _refuse_accepting(
+        name,
+        lambda v: (lower is None or float(v) >= lower) and (upper is None or float(v) <= upper),
+        wrong,
+        fmt,
+        "the bound",
+    )
+    return wrong
+
+
 def _tolerance(tol, se, z: float, approx: bool = False) -> tuple[float, str]:
     """The tolerance and how it is printed: a typed ``tol``, or ``z`` standard errors of the statistic."""
     if (tol is None) == (se is None):
@@ -157,18 +176,7 @@ def check_bound(
     ``approx=True`` marks a measurement of a trained model (``≈``, see the module docstring);
     for a statistic over seeds prefer :func:`check_seeds`, which also asserts a margin.
     """
-    if upper is None and lower is None:
-        raise ValueError("check_bound needs upper, lower or both")
-    if upper is not None and lower is not None and not lower <= upper:
-        raise ValueError(f"check_bound {name!r}: lower ({lower}) must be ≤ upper ({upper})")
-    wrong = _wrong_answers(rules_out)
-    _refuse_accepting(
-        name,
-        lambda v: (lower is None or float(v) >= lower) and (upper is None or float(v) <= upper),
-        wrong,
-        fmt,
-        "the bound",
-    )
+    wrong = _interval_wrong_answers("check_bound", name, lower, upper, rules_out, fmt)
     margin, margin_text = (0.0, "") if se is None else _tolerance(None, se, z, approx)
     if se is not None:
         margin_text = f", by {margin_text}"
@@ -269,20 +277,9 @@ def check_seeds(
     rules_out : {wrong answer: the mean it would give}; refused at once if inside the bounds.
     Returns a :class:`SeedSummary` (glue its ``mean`` with ``approx=True``).
     """
-    if upper is None and lower is None:
-        raise ValueError("check_seeds needs upper, lower or both")
-    if upper is not None and lower is not None and not lower <= upper:
-        raise ValueError(f"check_seeds {name!r}: lower ({lower}) must be ≤ upper ({upper})")
+    wrong = _interval_wrong_answers("check_seeds", name, lower, upper, rules_out, fmt)
     if not z > 0:
         raise ValueError(f"z must be > 0, received {z}")
-    wrong = _wrong_answers(rules_out)
-    _refuse_accepting(
-        name,
-        lambda v: (lower is None or float(v) >= lower) and (upper is None or float(v) <= upper),
-        wrong,
-        fmt,
-        "the bound",
-    )
     values = np.asarray(per_seed, dtype=float)
     if values.ndim != 1:
         raise ValueError(f"per_seed must be one value per seed, shape (S,); received shape {values.shape}")
@@ -322,18 +319,7 @@ def check_count(
     ``name: ≈7 of 8 seeds (expected ≥ 6)  ✓``; returns the count.
     rules_out : {wrong answer: the count it would give}; refused at once if inside the range.
     """
-    if at_least is None and at_most is None:
-        raise ValueError("check_count needs at_least, at_most or both")
-    if at_least is not None and at_most is not None and not at_least <= at_most:
-        raise ValueError(f"check_count {name!r}: at_least ({at_least}) must be ≤ at_most ({at_most})")
-    wrong = _wrong_answers(rules_out)
-    _refuse_accepting(
-        name,
-        lambda v: (at_least is None or v >= at_least) and (at_most is None or v <= at_most),
-        wrong,
-        "g",
-        "the range",
-    )
+    wrong = _interval_wrong_answers("check_count", name, at_least, at_most, rules_out, "g", "at_least", "at_most")
     flags = np.asarray(flags)
     if flags.ndim != 1 or flags.dtype != bool:
         raise TypeError(
