@@ -271,3 +271,31 @@ def test_calls_only_makes_the_same_calls_on_one_entry_matrices():
     assert run_tiny() is None and run_full() is None
     with pytest.raises(ValueError, match=r"n \(keys\) must be >= m"):
         calls_only(params, [(2, 1)], np.random.default_rng(0))
+
+
+def test_cache_size_and_crossover_follow_from_the_shapes():
+    """The numbers chapter 10 prints for the base model: 2·L·d_model per token, crossover 2·d_model + d_ff."""
+    L, d, h, d_ff = 3, 16, 4, 40
+    params = init_decoder_params(np.random.default_rng(0), vocab=5, d_model=d, h=h, n_layers=L, d_ff=d_ff, max_len=4)
+    cache = KVCache(params)
+    decoder_extend(params, np.arange(4) % 5, cache)
+    filled = [a[..., : cache.length, :] for a in (*cache.keys, *cache.values)]
+    per_token = sum(a.size for a in filled) / cache.length
+    assert per_token == 2 * L * d == kv_cache_values(L, 1, h, d // h)
+    weights = sum(params.layers[0][w].size for w in ("W_q", "W_k", "W_v", "W_o", "W_1", "W_2"))
+    per_layer = (filled[0].size + filled[L].size) / cache.length
+    assert np.ceil(weights / per_layer) == 2 * d + d_ff
+
+
+def test_recompute_over_cache_ratios_of_counted_macs():
+    """Attention MACs recompute/cache = (2N+1)/3, MLP MACs = (N+1)/2 over N generated positions."""
+    params = small(7)
+    n_gen = 12
+    recompute, cached = {}, {}
+    cache = KVCache(params, capacity=n_gen)
+    seq = np.arange(n_gen) % params.vocab
+    for n in range(1, n_gen + 1):
+        decoder_forward(params, seq[:n], counter=recompute)
+        decoder_extend(params, seq[n - 1 : n], cache, counter=cached)
+    assert recompute["attention"] * 3 == cached["attention"] * (2 * n_gen + 1)
+    assert recompute["mlp"] * 2 == cached["mlp"] * (n_gen + 1)
