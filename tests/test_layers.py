@@ -474,3 +474,37 @@ def test_bad_arguments_name_the_argument():
         init_rnn_params(rng, 4, radius=-1.0)
     with pytest.raises(ValueError, match="i must be in"):
         rnn_input_jacobians(np.ones((3, 4)), init_rnn_params(rng, 4), i=3)
+
+
+@pytest.mark.parametrize("d", [16, 64, 512])
+def test_parameter_ratios_printed_in_chapter_11(d):
+    """Array sizes of the initialisers: heads do not change attention's count; the ratios are 4d/(2d+1), d/(2d+1)."""
+    rng = np.random.default_rng(d)
+    size = lambda p: sum(a.size for a in p.values())  # noqa: E731
+    attn = size(init_mha_params(rng, d, 8))
+    assert attn == size(init_mha_params(rng, d, 1)) == 4 * d**2
+    assert attn * (2 * d + 1) == 4 * d * size(init_rnn_params(rng, d))
+    assert attn * (2 * d + 1) == d * size(init_lstm_params(rng, d))
+    assert size(init_conv_params(rng, d, 3)) < attn < size(init_conv_params(rng, d, 4))
+
+
+@pytest.mark.parametrize("d", [16, 32, 64])
+def test_crossovers_of_the_counted_closed_forms(d):
+    """Signs of core − RNN at n = d∓1, d and of attention − LSTM, core − projections at 2d∓1, 2d (chapter 11)."""
+    for n, s in ((d - 1, -1), (d, 0), (d + 1, 1)):
+        assert np.sign(attention_macs(n, d, projections=False) - rnn_macs(n, d)) == s
+    for n, s in ((2 * d - 1, -1), (2 * d, 0), (2 * d + 1, 1)):
+        assert np.sign(attention_macs(n, d) - lstm_macs(n, d)) == s
+        assert np.sign(2 * attention_macs(n, d, projections=False) - attention_macs(n, d)) == s
+    assert attention_macs(1, d) * d == rnn_macs(1, d) * (2 * d + 1)
+    assert 3 * (attention_macs(d, d) - attention_macs(d, d, projections=False)) == 2 * attention_macs(d, d)
+
+
+@pytest.mark.parametrize("n_proc", [16_384, 1_048_576])
+def test_work_depth_crossover_closed_form(n_proc):
+    """First n where C_SA/P exceeds C_RNN/P + n·τ equals ⌊(τP − 2d²)/(2d)⌋ + 1 (chapter 11, d_model = 64)."""
+    d = 64
+    tau = int(np.ceil(np.log2(2 * d))) + 1
+    ns = np.arange(1, 10**6)
+    n_star = ns[(2 * ns**2 * d + 4 * ns * d**2) / n_proc > 2 * ns * d**2 / n_proc + tau * ns][0]
+    assert n_star == (tau * n_proc - 2 * d * d) // (2 * d) + 1
