@@ -383,3 +383,16 @@ def test_exact_positions_validates():
         exact_positions({**p, "D": p["D"][:, :1]}, 3)
     with pytest.raises(ValueError, match="multiple"):
         exact_positions(p, 4)
+
+
+def test_mean_pool_without_positions_is_permutation_invariant():
+    """Proposition 'mean pooling cannot see order': the harness's mean pool with positional="none"
+    gives the same logits for every ordering of the input tokens (here for an untrained model)."""
+    task = hz.copy_task(3, 8)
+    cfg = hz.ModelConfig(d_model=16, encoder="mean_pool", positional="none")
+    params = hz.init_params(cfg, task, (0, 1))
+    x = task.sample(np.random.default_rng(0), 64).x
+    perm = np.random.default_rng(1).permutation(x.shape[-1])
+    np.testing.assert_allclose(
+        hz.forward(params, cfg, task, x), hz.forward(params, cfg, task, x[:, perm]), atol=1e-9, rtol=1e-9
+    )
