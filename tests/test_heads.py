@@ -113,7 +113,7 @@ def test_log_ratio_matrix_rejects_bad_patterns(bad, match):
         log_ratio_matrix(bad)
 
 
-@pytest.mark.parametrize("n", [2, 3, 5, 8])
+@pytest.mark.parametrize("n", range(2, 9))
 def test_identity_like_pattern_needs_n_minus_1(n):
     p = softmax(3.0 * np.eye(n))
     assert min_head_dim(p) == n - 1
@@ -122,6 +122,14 @@ def test_identity_like_pattern_needs_n_minus_1(n):
     if n > 2:
         q, k = logit_factors(p, n - 2)
         assert np.abs(softmax(q @ k.T) - p).max() > 1e-3
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_pattern_has_full_log_ratio_rank(seed):
+    """A random positive pattern (as in the chapter) has rank R = n − 1: the largest possible."""
+    rng = np.random.default_rng(seed)
+    for n in (2, 3, 5, 8):
+        assert min_head_dim(softmax(2.0 * rng.standard_normal((n, n)))) == n - 1
 
 
 def test_uniform_pattern_needs_no_dimension():
@@ -347,3 +355,21 @@ def test_size_one_head_aims_at_two_keys_at_most(seed, n):
     top = softmax(q @ k.T).argmax(axis=1)
     assert set(top) <= {int(k.argmax()), int(k.argmin())}
     assert np.unique(top).size <= 2
+
+
+# ---------------------------------------------------------------- one head carrying two tokens
+
+
+@pytest.mark.parametrize("vocab", [2, 3, 8])
+def test_two_token_average_collapses_only_at_one_half(vocab):
+    """alpha e_a + (1 - alpha) e_b: at alpha = 1/2 the V² pairs give V + V(V-1)/2 vectors (a = b, plus
+    one per unordered pair); at alpha = 0.7 all V² differ, and largest → a, second → b reads every pair back."""
+    E = np.eye(vocab)
+    a, b = np.divmod(np.arange(vocab * vocab), vocab)
+    half = 0.5 * E[a] + 0.5 * E[b]
+    assert len(np.unique(half, axis=0)) == vocab + vocab * (vocab - 1) // 2
+    out = 0.7 * E[a] + 0.3 * E[b]
+    assert len(np.unique(out, axis=0)) == vocab * vocab
+    order = np.argsort(-out, axis=1)
+    decoded_b = np.where(a == b, a, order[:, 1])
+    assert np.all(order[:, 0] == a) and np.all(decoded_b == b)
