@@ -137,3 +137,19 @@ def test_bad_arguments():
         attention_io(q, q, q[:, :3], 100, "flash2")
     with pytest.raises(ValueError, match="fast_size must be >= 1"):
         TwoLevelMemory(0)
+
+
+def test_orders_of_the_counts_printed_in_chapter_12():
+    """The exponents chapter 12 prints (d = 32): M⁰ for standard, M⁻¹ for both tiled orders, n² for all,
+    each within a tenth; and at the A100 configuration standard moves at least twice FlashAttention-2's words."""
+    d, n_fix, M_fix = 32, 8192, 16384
+    M_sweep = d**2 * np.array([16, 32, 64, 128])
+    n_sweep = np.array([2048, 4096, 8192])
+    slope = lambda x, y: np.polyfit(np.log(x), np.log(y), 1)[0]  # noqa: E731
+    for algorithm, law in (("standard", 0.0), ("flash1", -1.0), ("flash2", -1.0)):
+        io_M = [count_attention_io(n_fix, d, int(M), algorithm).total for M in M_sweep]
+        io_n = [count_attention_io(int(n), d, M_fix, algorithm).total for n in n_sweep]
+        assert abs(slope(M_sweep, io_M) - law) <= 0.1
+        assert abs(slope(n_sweep, io_n) - 2.0) <= 0.1
+    std, fa2 = (count_attention_io(1024, 64, 164 * 1024 // 2, a).total for a in ("standard", "flash2"))
+    assert std >= 2 * fa2
