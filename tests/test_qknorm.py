@@ -241,3 +241,22 @@ def test_a_zero_rate_freezes_a_parameter_and_float32_stays_float32():
     assert all(v.dtype == np.float32 for v in runs["learned"][1].values())
     with pytest.raises(ValueError, match="eps_mult"):
         train_per_parameter(cfg, TASK, [0], steps=2, optimizer="adam", eps_mult={"L0.log_scale": 0.0})
+
+
+def test_a_variant_can_start_a_parameter_elsewhere():
+    cfg = ModelConfig(**SMALL, scale="learned", dtype="float32")
+    fixed4 = {"lr_mult": {"L0.log_scale": 0.0}, "init": {"L0.log_scale": np.log(4.0)}}
+    runs = train_variants(cfg, TASK, {"learned": {}, "fixed 4": fixed4}, [0, 1], steps=4, lr=0.05, optimizer="adam")
+    np.testing.assert_allclose(np.exp(runs["fixed 4"][1]["L0.log_scale"]), 4.0, rtol=1e-6)
+    # the same run as training from parameters that start there
+    start = init_params(cfg, TASK, [0, 1])
+    start["L0.log_scale"] = np.full_like(start["L0.log_scale"], np.log(4.0))
+    hist, params = train_per_parameter(
+        cfg, TASK, [0, 1], steps=4, lr=0.05, optimizer="adam", lr_mult=fixed4["lr_mult"], params=start
+    )
+    np.testing.assert_allclose(runs["fixed 4"][0], hist, rtol=1e-5)
+    assert not np.allclose(runs["fixed 4"][0], runs["learned"][0])  # the other variant starts at the drawn gain
+    with pytest.raises(ValueError, match="unknown"):
+        train_variants(cfg, TASK, {"a": {"init": {"W_nope": 0.0}}}, [0], steps=2)
+    with pytest.raises(ValueError, match="finite"):
+        train_variants(cfg, TASK, {"a": {"init": {"L0.log_scale": np.inf}}}, [0], steps=2)

@@ -216,7 +216,7 @@ def attention_logit_stats(params: Params, config: ModelConfig, task: Task, x) ->
     return np.abs(logits).max(axis=(1, 2, 3, 4)), entropy
 
 
-VARIANT_KEYS = ("lr", "lr_mult", "eps_mult")
+VARIANT_KEYS = ("lr", "lr_mult", "eps_mult", "init")
 
 
 def train_variants(
@@ -231,9 +231,12 @@ def train_variants(
 ) -> dict[str, tuple[np.ndarray, Params]]:
     """Several :func:`train_per_parameter` runs of one config, side by side in one vectorised loop.
 
-    variants : ``{name: {"lr": …, "lr_mult": {…}, "eps_mult": {…}}}`` (each key optional; ``lr``
-        overrides the common rate). Every variant trains every seed from the same initial
-        parameters on the same batches, so variants are paired seed by seed. The variants are
+    variants : ``{name: {"lr": …, "lr_mult": {…}, "eps_mult": {…}, "init": {…}}}`` (each key
+        optional; ``lr`` overrides the common rate; ``init`` = ``{parameter: value}`` starts that
+        parameter at the given value (broadcast over its entries) instead of its initial draw, e.g.
+        ``{"L0.log_scale": np.log(4.0)}``, with ``lr_mult`` 0 a gain fixed at 4). Every variant trains
+        every seed from the same initial parameters (apart from ``init``) on the same batches, so
+        variants are paired seed by seed. The variants are
         stacked on the seed axis (the seeds repeated), which costs much less than separate
         calls for small models.
     Returns ``{name: (loss (steps, S), params)}``, each as :func:`train_per_parameter` with that
@@ -245,7 +248,9 @@ def train_variants(
     lr = positive_scalar("lr", lr)
     seeds = seed_tuple(seeds)
     if not isinstance(variants, Mapping) or not variants:
-        raise TypeError("variants must be a non-empty dict {name: {'lr': …, 'lr_mult': {…}, 'eps_mult': {…}}}")
+        raise TypeError(
+            "variants must be a non-empty dict {name: {'lr': …, 'lr_mult': {…}, 'eps_mult': {…}, 'init': {…}}}"
+        )
     base = init_params(config, task, seeds)
     S, V = len(seeds), len(variants)
     lrs = {k: np.empty(S * V) for k in base}
@@ -260,6 +265,16 @@ def train_variants(
         for k, m in _multipliers(f"variants[{name!r}]['eps_mult']", spec.get("eps_mult"), base).items():
             epss[k][part] = 1e-8 * m
     p = {k: np.concatenate([v] * V) for k, v in base.items()}
+    for i, (name, spec) in enumerate(variants.items()):
+        start = dict(spec.get("init") or {})
+        unknown = set(start) - set(base)
+        if unknown:
+            raise ValueError(f"variants[{name!r}]['init'] names unknown parameters {sorted(unknown)}")
+        for k, value in start.items():
+            value = float(value)
+            if not np.isfinite(value):
+                raise ValueError(f"variants[{name!r}]['init'][{k!r}] must be finite, received {value}")
+            p[k][i * S : (i + 1) * S] = value
     xs, ys = step_batches(task, seeds, steps, batch_size)
     xs, ys = np.concatenate([xs] * V, axis=1), np.concatenate([ys] * V, axis=1)
     history, p = _optimise(config, task, p, xs, ys, lrs, epss, optimizer)
