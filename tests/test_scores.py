@@ -369,3 +369,32 @@ def test_recorded_selection_reproduces():
     task = recall_task(n_pairs=4, n_keys=8, n_values=8)
     table = select_learning_rates(task, [("dot", 64)], grid=LR_GRID[1:3])
     np.testing.assert_allclose(table["dot", 64], SELECTION_ACCURACY["dot", 64][1:3], atol=0.05)
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_rank_bounds_of_the_one_product_proposition(d):
+    """prop-ch7-one-product, shown (not checked) on the page: every score of the dot-product family has rank ≤ d + 2;
+    one tanh unit on distinct, non-zero t_i = tanh q_i and distinct r_j has rank ≥ n − 1."""
+    rng = np.random.default_rng(7 + d)
+    n = 9
+    q, k = rng.standard_normal((n, d)), rng.standard_normal((n, d))
+    for name in SCORE_NAMES:
+        if name != "additive":
+            assert np.linalg.matrix_rank(score(name, q, k, init_score_params(name, rng, d))) <= d + 2, name
+    t, r = np.linspace(-0.9, 0.9, n), np.linspace(-0.85, 0.95, n)
+    t = t[t != 0]
+    s_add = score("additive", np.arctanh(t)[:, None], np.arctanh(r[: len(t)])[:, None], {"v": np.ones(1)})
+    assert np.linalg.matrix_rank(s_add) >= len(t) - 1
+
+
+def test_additive_in_query_blocks_counts_the_same_products():
+    """Chapter 7 shows (does not check) that blocks of queries cut memory, not arithmetic."""
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((40, 6)), rng.standard_normal((30, 6))
+    p = init_score_params("additive", rng, 6)
+    with count_macs() as whole:
+        s_whole = score("additive", q, k, p)
+    with count_macs() as blocked:
+        s_blocked = np.concatenate([score("additive", q[i : i + 8], k, p) for i in range(0, 40, 8)])
+    np.testing.assert_allclose(s_blocked, s_whole, atol=1e-12)
+    assert blocked.macs == whole.macs > 0
