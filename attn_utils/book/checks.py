@@ -32,7 +32,7 @@ one of those values (``ValueError``), and prints each beside the verdict::
 A random statistic gets its tolerance from its own sampling error: pass ``se=`` (the
 standard error computed in the same cell, e.g. from :func:`mc_moments`) and the check uses
 ``z·se`` (``z = 5`` by default: a false failure about once in 10⁶ draws), so the check holds
-for any seed base (:mod:`.seeding`), not only the committed draw. Exact comparisons of two
+for any seed base (:mod:`attn_utils.book.seeding`), not only the committed draw. Exact comparisons of two
 independent computations need neither.
 """
 
@@ -134,9 +134,11 @@ def check(
     measured value as a Python float (ready for ``glue``). ``approx=True`` marks a
     measurement of a trained model (``≈``, see the module docstring).
 
-    se : instead of ``tol``, the standard error of ``measured`` over its random draw; the
+    se : float, optional
+        Instead of ``tol``, the standard error of ``measured`` over its random draw; the
         tolerance is then ``z·se`` and printed as such (module docstring).
-    rules_out : {wrong answer: the value it would give}; refused at once if within the tolerance.
+    rules_out : dict, optional
+        {wrong answer: the value it would give}; refused at once if within the tolerance.
     """
     wrong = _wrong_answers(rules_out)
     tol, tol_text = _tolerance(tol, se, z, approx)
@@ -169,10 +171,13 @@ def check_bound(
 ) -> float:
     """Assert ``lower ≤ measured ≤ upper`` (either bound optional) and print a verdict.
 
-    se : the standard error of a random ``measured``; the bound must then be cleared by
+    se : float, optional
+        The standard error of a random ``measured``; the bound must then be cleared by
         ``z·se`` (``measured − z·se ≥ lower``, ``measured + z·se ≤ upper``), so the verdict
         does not depend on the draw.
-    rules_out : {wrong answer: the value it would give}; refused at once if inside the bounds.
+    rules_out : dict, optional
+        {wrong answer: the value it would give}; refused at once if inside the bounds.
+
     ``approx=True`` marks a measurement of a trained model (``≈``, see the module docstring);
     for a statistic over seeds prefer :func:`check_seeds`, which also asserts a margin.
     """
