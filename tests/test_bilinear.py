@@ -215,7 +215,18 @@ def test_diagonal_max_probability_special_cases():
     with pytest.raises(ValueError, match="n"):
         diagonal_max_probability(np.eye(3), 1, rng)
     with pytest.raises(ValueError, match="w"):
-        diagonal_max_probability(np.ones((2, 3, 4)), 4, rng)
+        diagonal_max_probability(np.ones((2, 2, 3, 4)), 4, rng)
+
+
+def test_diagonal_max_probability_of_a_stack_is_each_matrix_own():
+    # one estimate per matrix of a stack, each the same law as the single-matrix call
+    rng = np.random.default_rng(4)
+    ws = np.stack([np.ones((5, 3)), np.eye(5)[:, :3]])     # the first has rank 1: the d_k = 1 law
+    p = diagonal_max_probability(ws, 8, rng, 40_000)
+    assert p.shape == (2,)
+    assert abs(p[0] - (2 - 2.0**-7) / 8) < 0.01
+    assert abs(p[1] - diagonal_max_probability(ws[1], 8, rng, 40_000)) < 0.01
+    assert abs(p[0] - p[1]) > 0.1
 
 
 # ---------------------------------------------------------------- self-mask and the layer

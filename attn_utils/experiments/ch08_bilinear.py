@@ -155,7 +155,7 @@ def _normal_cdf(z: np.ndarray) -> np.ndarray:
     return 0.5 * np.vectorize(math.erfc, otypes=[float])(-np.asarray(z, float) / math.sqrt(2.0))
 
 
-def diagonal_max_probability(w, n: int, rng: np.random.Generator, n_samples: int = 20_000) -> float:
+def diagonal_max_probability(w, n: int, rng: np.random.Generator, n_samples: int = 20_000):
     """P(row max of the shared-QK scores is on the diagonal) for rows of ``X`` i.i.d. ``N(0, I_d)``.
 
     With ``a = x W`` the rows are ``N(0, Σ)``, ``Σ = Wᵀ W``. Given ``a_i``, the off-diagonal scores
@@ -164,19 +164,21 @@ def diagonal_max_probability(w, n: int, rng: np.random.Generator, n_samples: int
         P = E[ Φ(‖a_i‖² / sqrt(a_iᵀ Σ a_i))^(n−1) ],
 
     an expectation over ``a_i`` alone, estimated here with ``n_samples`` draws from ``rng``.
-    w : (d, d_k); n : tokens per sequence (≥ 2).
+    w : (d, d_k), or a stack (T, d, d_k) of T matrices (one estimate each); n : tokens per sequence (≥ 2).
+    Returns a float for one matrix, an array (T,) for a stack.
     """
     w = as_float_array("w", w, min_ndim=2)
-    if w.ndim != 2:
-        raise ValueError(f"w must be 2-D (d, d_k), received shape {w.shape}")
+    if w.ndim not in (2, 3):
+        raise ValueError(f"w must be (d, d_k) or a stack (T, d, d_k), received shape {w.shape}")
     n = positive_int("n", n)
     if n < 2:
         raise ValueError(f"n must be >= 2, received {n}")
     n_samples = positive_int("n_samples", n_samples)
-    a = rng.standard_normal((n_samples, w.shape[0])) @ w
-    sigma = w.T @ w
-    z = np.einsum("sk,sk->s", a, a) / np.sqrt(np.einsum("sk,kl,sl->s", a, sigma, a))
-    return float(np.mean(_normal_cdf(z) ** (n - 1)))
+    a = rng.standard_normal((*w.shape[:-2], n_samples, w.shape[-2])) @ w        # (…, n_samples, d_k)
+    sigma = np.swapaxes(w, -1, -2) @ w
+    z = np.einsum("...sk,...sk->...s", a, a) / np.sqrt(np.einsum("...sk,...sk->...s", a @ sigma, a))
+    p = np.mean(_normal_cdf(z) ** (n - 1), axis=-1)
+    return float(p) if w.ndim == 2 else p
 
 
 def self_mask(n: int, *, causal: bool = False) -> np.ndarray:
