@@ -221,7 +221,7 @@ def test_diagonal_max_probability_special_cases():
 def test_diagonal_max_probability_of_a_stack_is_each_matrix_own():
     # one estimate per matrix of a stack, each the same law as the single-matrix call
     rng = np.random.default_rng(4)
-    ws = np.stack([np.ones((5, 3)), np.eye(5)[:, :3]])     # the first has rank 1: the d_k = 1 law
+    ws = np.stack([np.ones((5, 3)), np.eye(5)[:, :3]])  # the first has rank 1: the d_k = 1 law
     p = diagonal_max_probability(ws, 8, rng, 40_000)
     assert p.shape == (2,)
     assert abs(p[0] - (2 - 2.0**-7) / 8) < 0.01

@@ -1,5 +1,6 @@
 """Tests for attn_utils.book.checks: every check prints one verdict line and can fail."""
 
+import json
 import math
 
 import numpy as np
@@ -322,3 +323,20 @@ def test_rules_out_in_check_seeds_and_count_lines(capsys):
     check_count("solved", np.ones(8, bool), at_least=7, rules_out={"a coin": 4})
     out = capsys.readouterr().out
     assert "chance would give 0.25)" in out and "a coin would give 4)" in out
+
+
+def test_closeness_log_records_how_near_each_check_came_to_failing(tmp_path, monkeypatch):
+    # tools/reseed.py estimates false-failure rates from this log: used > 1 exactly when a check fails
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv("ATTN_CHECK_LOG", str(log))
+    check("a", 1.02, 1.0, se=0.01)  # 2 SE off of 5 allowed
+    check_bound("b", 0.9, lower=0.5, se=0.02)  # 20 SE above the bound, 5 needed
+    check_seeds("c", [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.0], lower=0.0)
+    with pytest.raises(AssertionError):
+        check("d", 1.2, 1.0, tol=0.1)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["name"] for r in rows] == ["a", "b", "c", "d"]
+    assert rows[0]["used"] == pytest.approx(0.4) and rows[0]["spare_se"] == pytest.approx(3.0)
+    assert rows[1]["used"] == pytest.approx(0.25) and rows[1]["spare_se"] == pytest.approx(15.0)
+    assert 0 < rows[2]["used"] < 1 and rows[2]["spare_se"] > 0
+    assert rows[3]["used"] == pytest.approx(2.0) and rows[3]["spare_se"] is None

@@ -12,16 +12,23 @@ A check raises when its claim fails, so a notebook that runs to the end under a 
 notebook whose every check held for that draw. Exit status 1 when any run failed.
 
 With ``--bases N`` the table lists, per check that failed anywhere, in how many of the N bases
-it failed; a check that fails once in 20 is a coin, not evidence. Runs go ``--jobs`` at a time
+it failed; a check that fails once in 20 is a coin, not evidence. Twenty clean bases do not show
+that a check fails less than once in a thousand draws, so every check also logs how close it came
+(``ATTN_CHECK_LOG``, see ``attn_utils/book/checks.py``): for the checks whose tolerance is made of
+standard errors the script prints the ones with the least to spare, and an estimate of their
+false-failure rate from the spread of that slack over the bases (normal approximation). Runs go ``--jobs`` at a time
 (default 2, one per core), each kernel with one BLAS thread, as in ``make test``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -45,7 +52,8 @@ def run(path: str, base: int, timeout: int = 600) -> tuple[str, int, float, str 
     """Execute one notebook under one base.
 
     Returns (path, base, seconds, None or what failed, how many printed texts differ from the
-    committed ones: 0 for a chapter with random draws means the base did not reach them).
+    committed ones: 0 for a chapter with random draws means the base did not reach them, and
+    the closeness record of every check that ran).
     """
     import nbformat
     from nbclient import NotebookClient
@@ -54,6 +62,8 @@ def run(path: str, base: int, timeout: int = 600) -> tuple[str, int, float, str 
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     os.environ["ATTN_SEED"] = str(base)  # the kernel inherits this process's environment
+    log = Path(tempfile.mkdtemp(prefix="reseed-")) / "checks.jsonl"
+    os.environ["ATTN_CHECK_LOG"] = str(log)
     nb = nbformat.read(path, as_version=4)
     committed = _texts(nb)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -76,7 +86,10 @@ def run(path: str, base: int, timeout: int = 600) -> tuple[str, int, float, str 
             failure = f"{type(err).__name__}: {err}"
         break
     changed = sum(a != b for a, b in zip(committed, _texts(nb)))
-    return path, base, time.perf_counter() - start, failure, changed
+    closeness = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    log.unlink(missing_ok=True)
+    log.parent.rmdir()
+    return path, base, time.perf_counter() - start, failure, changed, closeness
 
 
 def check_name(failure: str) -> str:
@@ -104,9 +117,13 @@ def main(argv=None) -> int:
     print(f"{len(notebooks)} notebook(s) × {len(bases)} base(s), {args.jobs} at a time", flush=True)
 
     failures: dict[str, Counter] = {}
+    spare: dict[tuple[str, str], list[dict]] = {}
     runs_failed = 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        for path, base, seconds, failure, changed in pool.map(run, *zip(*jobs)):
+        for path, base, seconds, failure, changed, closeness in pool.map(run, *zip(*jobs)):
+            for record in closeness:
+                if record["spare_se"] is not None:
+                    spare.setdefault((Path(path).name, check_name(record["name"])), []).append(record)
             verdict = (
                 f"ok ({changed} printed outputs differ from the committed draw)"
                 if failure is None
@@ -123,7 +140,49 @@ def main(argv=None) -> int:
         for name, counter in sorted(failures.items()):
             for what, count in counter.most_common():
                 print(f"  {name}: {count} of {len(bases)} bases  {what}")
+    if len(bases) > 1 and spare:
+        print(f"\nleast to spare (the {min(20, len(spare))} riskiest of {len(spare)} checks with a tolerance in SE):")
+        print("  spare SE: min  mean   est. false-failure rate  check")
+        ranked = sorted(spare.items(), key=lambda kv: _failure_rate(kv[1]), reverse=True)
+        for (nb, what), records in ranked[:20]:
+            values = [r["spare_se"] for r in records]
+            print(
+                f"           {min(values):4.1f} {_mean(values):5.1f}   {_failure_rate(records):9.1e}"
+                f"                {nb}: {what}"
+            )
     return 1 if runs_failed else 0
+
+
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v)
+
+
+def _sd(v: list[float]) -> float:
+    return math.sqrt(sum((x - _mean(v)) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else 0.0
+
+
+def _tail(x: float) -> float:
+    """P(N(0, 1) > x)."""
+    return 0.5 * math.erfc(x / math.sqrt(2))
+
+
+def _failure_rate(records: list[dict]) -> float:
+    """How often the check would fail if what it measures were normal over bases, with the mean and
+    spread seen here: rough, but it ranks the checks that twenty clean bases cannot tell apart.
+
+    A two-sided check fails when its deviation from theory, in SE, leaves ±(deviation + spare); a
+    one-sided one when its spare drops below 0.
+    """
+    if len(records) < 2:
+        return 0.0
+    if all(r["dev_se"] is not None for r in records):
+        dev = [r["dev_se"] for r in records]
+        allowed = _mean([abs(r["dev_se"]) + r["spare_se"] for r in records])
+        mean, sd = _mean(dev), max(_sd(dev), 1e-9)
+        return _tail((allowed - mean) / sd) + _tail((allowed + mean) / sd)
+    values = [r["spare_se"] for r in records]
+    mean, sd = _mean(values), max(_sd(values), 1e-9)
+    return _tail(mean / sd)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,36 @@ independent computations need neither.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 
 import numpy as np
+
+#: Set to a file path and every check appends one JSON line saying how close it came to failing
+#: (``tools/reseed.py`` reads it to estimate each check's false-failure rate over many seed bases).
+LOG_VARIABLE = "ATTN_CHECK_LOG"
+
+
+def _log_closeness(name: str, *, used: float, spare_se: float | None = None, dev_se: float | None = None) -> None:
+    """Record how much of its allowance a check used (it fails when ``used > 1``) and, for a
+    tolerance made of standard errors, how many standard errors it had to spare (``spare_se``)
+    and, for a two-sided one, its signed deviation from theory in standard errors (``dev_se``)."""
+    path = os.environ.get(LOG_VARIABLE)
+    if not path:
+        return
+    record = {"name": name}
+    for key, value in (("used", used), ("spare_se", spare_se), ("dev_se", dev_se)):
+        record[key] = round(float(value), 4) if value is not None and np.isfinite(value) else None
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(json.dumps(record) + "\n")
+
+
+def _ratio(part: float, whole: float) -> float:
+    """part / whole for a non-negative part, with 0/0 = 0 and x/0 = ∞."""
+    if whole > 0:
+        return part / whole
+    return 0.0 if part == 0 else np.inf
 
 
 def _fmt(x, spec: str) -> str:
@@ -146,6 +173,13 @@ def check(
     bound = tol * abs(theory) if rel else tol
     _refuse_accepting(name, lambda v: abs(float(v) - theory) <= bound, wrong, fmt, f"the tolerance ±{bound:.3g}")
     ok = np.isfinite(measured) and abs(measured - theory) <= bound
+    off = abs(measured - theory) if np.isfinite(measured) else np.inf
+    if se is not None and float(se) > 0:
+        _log_closeness(
+            name, used=_ratio(off, bound), spare_se=(bound - off) / float(se), dev_se=(measured - theory) / float(se)
+        )
+    else:
+        _log_closeness(name, used=_ratio(off, bound))
     kind = "rel tol" if rel else "tol"
     line = (
         f"{name} = {_measured(measured, fmt, approx)} (theory {_fmt(theory, fmt)}, {kind} {tol_text}"
@@ -194,6 +228,14 @@ def check_bound(
     if upper is not None:
         ok = ok and measured + margin <= upper
         parts.append(f"≤ {_fmt(upper, fmt)}")
+    if se is not None:
+        gap = min(measured - lower if lower is not None else np.inf, upper - measured if upper is not None else np.inf)
+        gap = gap if np.isfinite(measured) else -np.inf
+        _log_closeness(
+            name,
+            used=_ratio(margin, gap) if gap > 0 else np.inf,
+            spare_se=(gap - margin) / float(se) if float(se) > 0 else None,
+        )
     line = (
         f"{name} = {_measured(measured, fmt, approx)} (expected {' and '.join(parts)}{margin_text}"
         f"{_rules_out_text(wrong, fmt)})"
@@ -304,6 +346,7 @@ def check_seeds(
     gap = min(gaps)
     margin = gap / se if se > 0 else (np.inf if gap >= 0 else -np.inf)
     ok = bool(np.isfinite(mean)) and gap >= 0 and margin >= z
+    _log_closeness(name, used=_ratio(z, margin) if margin > 0 else np.inf, spare_se=margin - z)
     shown = "≈∞" if np.isinf(margin) else _measured(margin, ".1f", True)
     line = (
         f"{name} = {_measured(mean, fmt, True)} ± {_measured(se, fmt, True)} (mean ± SE of {values.size} seeds; "

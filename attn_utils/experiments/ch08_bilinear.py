@@ -174,7 +174,7 @@ def diagonal_max_probability(w, n: int, rng: np.random.Generator, n_samples: int
     if n < 2:
         raise ValueError(f"n must be >= 2, received {n}")
     n_samples = positive_int("n_samples", n_samples)
-    a = rng.standard_normal((*w.shape[:-2], n_samples, w.shape[-2])) @ w        # (…, n_samples, d_k)
+    a = rng.standard_normal((*w.shape[:-2], n_samples, w.shape[-2])) @ w  # (…, n_samples, d_k)
     sigma = np.swapaxes(w, -1, -2) @ w
     z = np.einsum("...sk,...sk->...s", a, a) / np.sqrt(np.einsum("...sk,...sk->...s", a @ sigma, a))
     p = np.mean(_normal_cdf(z) ** (n - 1), axis=-1)
