@@ -3,7 +3,7 @@
 #   make test   run unit/property tests and re-execute every chapter notebook with nbval
 #   make test-portable   the chapters again under another BLAS kernel, 2 BLAS threads and no AVX-512
 #   make test-reseed SEED=n   every chapter under seed base n (ATTN_SEED): every check must still hold
-# Also: make pdf (needs the TeX packages in the README), make lab, make execute NB=..., make clean.
+# Also: make pdf (needs the TeX packages in the README), make check-wheel, make lab, make execute NB=..., make clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +11,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test test-portable test-reseed lint check-site lab execute execute-all summaries constraints clean
+.PHONY: html pdf test test-portable test-reseed check-wheel lint check-site lab execute execute-all summaries constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -56,6 +56,10 @@ test-reseed: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+
+# The wheel a user would install from PyPI: built, installed (not editable) in a clean venv, every module imported.
+check-wheel: $(STAMP)
+	$(BIN)/python tools/check_wheel.py
 
 # After make html: the site works offline (assets local, math rendered by headless Chromium).
 check-site: $(STAMP)

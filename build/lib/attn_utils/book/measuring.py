@@ -1,0 +1,198 @@
+"""Measuring: costs, times, memory, slopes and finite differences, as the chapters report them.
+
+* :func:`count_macs` — count the multiply-adds of the array products run inside a block
+  (the book's one cost unit: a multiply-add, MAC; 1 MAC = 2 FLOPs)
+* :func:`min_seconds`, :func:`traced_peak_memory` — wall time and peak traced memory of a call
+* :func:`loglog_slope`, :func:`running_mean` — the fitted exponent of a scaling law; a smoothed curve
+* :func:`numerical_jacobian` — central finite differences, to check a derived Jacobian
+* :func:`single_thread_blas` — run a block with one BLAS thread (restored afterwards)
+
+The package starts no threads of its own: numpy and BLAS are the only parallelism, so every
+function is safe to call from any thread and in a child process after ``fork``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import tracemalloc
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..validation import as_float_array, positive_int, positive_scalar
+
+
+@contextlib.contextmanager
+def single_thread_blas():
+    """Run the block with one BLAS thread, then restore the count it had (``threadpoolctl``).
+
+    Used where the matrices are tiny (training: BLAS threads only add synchronisation; on a busy
+    2-core machine spinning BLAS threads made training 5–10× slower). The thread count does not
+    change any printed result of the book (CONTRIBUTING.md, "Portable outputs").
+
+    BLAS has one thread count for the whole process, so only the main thread changes it (recent
+    OpenBLAS builds ignore the call from other threads anyway). Blocks in the main thread nest
+    and restore in order; a block in another thread changes nothing. No interleaving of blocks
+    across threads can therefore leave the process with a count it did not have.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+__all__ = ["single_thread_blas"]
+
+
+@dataclass
+class MacCounter:
+    """Running totals: ``macs`` multiply-adds and ``products`` array products executed."""
+
+    macs: int = 0
+    products: int = 0
+
+
+_ACTIVE: list[MacCounter] = []
+
+
+@contextmanager
+def count_macs():
+    """Count the multiply-adds of every array product the layers of this module execute.
+
+    ``with count_macs() as c: ...`` then read ``c.macs`` and ``c.products``. A product
+    ``(..., m, p) @ (..., p, r)`` counts ``size(result) · p`` multiply-adds. Element-wise work
+    (softmax, tanh, bias, masking) is not counted: it is ``O(n·n)`` or ``O(n·d)``, lower order than
+    every product. Counters nest: an outer counter also sees what an inner one counts.
+    """
+    counter = MacCounter()
+    _ACTIVE.append(counter)
+    try:
+        yield counter
+    finally:
+        _ACTIVE.remove(counter)
+
+
+def record_macs(macs: int, products: int = 1) -> None:
+    """Add ``macs`` multiply-adds (in ``products`` matrix products) to every active :class:`MacCounter`."""
+    for counter in _ACTIVE:
+        counter.macs += int(macs)
+        counter.products += products
+
+
+def counted_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b``, its multiply-adds recorded in every active :class:`MacCounter`."""
+    out = a @ b
+    record_macs(out.size * a.shape[-1])
+    return out
+
+
+def loglog_slope(x, y) -> float:
+    """Least-squares slope of ``log y`` against ``log x``: the exponent ``a`` in ``y ∝ x^a``."""
+    x = as_float_array("x", x, min_ndim=1)
+    y = as_float_array("y", y, min_ndim=1)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+        raise ValueError(f"x and y must be 1-D of equal length ≥ 2, received {x.shape} and {y.shape}")
+    if (x <= 0).any() or (y <= 0).any():
+        raise ValueError("x and y must be positive for a log-log fit")
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def min_seconds(fn, *args, repeat: int = 5, **kwargs) -> float:
+    """Fastest wall-clock seconds of ``fn(*args, **kwargs)`` over ``repeat`` calls, after one warm-up.
+
+    The minimum (not the mean) is the least disturbed by other processes sharing the machine.
+    """
+    repeat = positive_int("repeat", repeat)
+    fn(*args, **kwargs)
+    best = np.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        best = min(best, time.perf_counter() - start)
+    return float(best)
+
+
+def traced_peak_memory(fn, *args, **kwargs) -> tuple[int, float]:
+    """Peak bytes allocated while ``fn(*args, **kwargs)`` runs, and its wall-clock seconds.
+
+    Uses :mod:`tracemalloc`, which sees numpy's array buffers (numpy reports them to it) but
+    not memory that BLAS allocates internally. Arrays alive before the call (the inputs) are
+    not counted; the result of the call is, because it is alive at the peak. The result is
+    discarded. Raises ``RuntimeError`` if tracing is already on (nested measurements would be
+    wrong).
+    """
+    if tracemalloc.is_tracing():
+        raise RuntimeError("traced_peak_memory: tracemalloc is already tracing")
+    tracemalloc.start()
+    try:
+        start = time.perf_counter()
+        fn(*args, **kwargs)
+        seconds = time.perf_counter() - start
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, seconds
+
+
+def numerical_jacobian(f, x, h: float = 1e-6) -> np.ndarray:
+    """Central-difference Jacobian of ``f`` at ``x``.
+
+    Parameters
+    ----------
+    f : callable
+        Maps an array of shape ``x.shape`` to an array of a fixed shape ``out_shape``.
+    x : array, any shape (a scalar is allowed)
+        The point; converted to float64.
+    h : float > 0
+        Step. The error is ``O(h²)`` from truncation plus ``O(ε·|f|/h)`` from rounding
+        (ε ≈ 2.2e-16), so ``h = 1e-6`` gives about 1e-9 for functions of size 1.
+
+    Returns
+    -------
+    jac : array of shape ``out_shape + x.shape``
+        ``jac[..., j] = (f(x + h e_j) − f(x − h e_j)) / (2h)`` for every coordinate ``j``
+        of ``x`` (one pair of calls per coordinate: ``f`` need not accept a batch).
+    """
+    if not callable(f):
+        raise TypeError(f"f must be callable, received {type(f).__name__}")
+    x = as_float_array("x", x, min_ndim=0)
+    h = positive_scalar("h", h)
+    flat = x.reshape(-1)
+    columns = []
+    out_shape = None
+    for j in range(flat.size):
+        step = np.zeros_like(flat)
+        step[j] = h
+        up = np.asarray(f((flat + step).reshape(x.shape)), dtype=float)
+        down = np.asarray(f((flat - step).reshape(x.shape)), dtype=float)
+        if out_shape is None:
+            out_shape = up.shape
+        if up.shape != out_shape or down.shape != out_shape:
+            raise ValueError(
+                f"f must return one fixed shape; received {out_shape}, then {up.shape} "
+                f"and {down.shape} at coordinate {j}"
+            )
+        columns.append((up - down) / (2 * h))
+    jac = np.stack(columns, axis=-1)
+    return jac.reshape(out_shape + x.shape)
+
+
+def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
+    """Trailing moving average along ``axis``: entry ``t`` is the mean of ``x[max(0, t−window+1) … t]``.
+
+    x : any shape with at least one axis; returns the same shape (the first ``window − 1``
+    entries average over the shorter prefix, so nothing is dropped or padded).
+    """
+    x = as_float_array("x", x, min_ndim=1)
+    window = positive_int("window", window)
+    x = np.moveaxis(x, axis, 0)
+    c = np.cumsum(x, axis=0)
+    out = c.copy()
+    out[window:] = c[window:] - c[:-window]
+    counts = np.minimum(np.arange(1, x.shape[0] + 1), window).reshape((-1,) + (1,) * (x.ndim - 1))
+    return np.moveaxis(out / counts, 0, axis)

@@ -1,0 +1,220 @@
+"""Softmax, its logarithm, entropy and Jacobian, and the log of the mass outside the largest logit.
+
+The ``*_core`` functions are written with ``autograd.numpy`` so the training
+code can differentiate through them; the public functions validate their
+arguments first and then call the same core, so there is one implementation.
+"""
+
+from __future__ import annotations
+
+import autograd.numpy as anp
+import numpy as np
+from autograd.tracer import getval
+
+from .validation import as_float_array
+
+
+def softmax_core(x, axis: int = -1, mask=None):
+    """Max-subtracted softmax without argument checks (autograd-friendly; the training harness uses it).
+
+    ``mask`` is boolean, ``True`` = keep; it must broadcast against ``x``. Entries equal to
+    ``-inf`` count as masked. A row with nothing left returns all zeros (not NaN): it contributes
+    nothing to an attention output.
+
+    The shift by the row maximum changes no value, so it is taken outside autograd's graph
+    (``getval``): the graph holds only the exp, the sum and the division. Consequence: autograd
+    forms the derivative of an entry within rounding of 1 as ``p − p²``, which is 0; keep the
+    shift in the graph when that entry matters (chapter 3's ``softmax_traced``).
+    """
+    if mask is not None:
+        x = anp.where(mask, x, -anp.inf)
+    big = np.max(getval(x), axis=axis, keepdims=True)
+    if np.isfinite(big).all():  # every row keeps a key, so every sum is >= 1: the lean graph
+        e = anp.exp(x - big)
+        return e / anp.sum(e, axis=axis, keepdims=True)
+    big[~np.isfinite(big)] = 0.0  # a fully masked row: every exp below is exp(-inf) = 0
+    e = anp.exp(x - big)
+    total = anp.sum(e, axis=axis, keepdims=True)
+    return e / anp.where(total > 0, total, 1.0)
+
+
+def log_softmax_core(x, axis: int = -1):
+    """``log(softmax(x))`` without argument checks (autograd-friendly; the training loss uses it).
+
+    Computed from the shifted logits, never as the log of a probability, so a large gap gives a
+    large negative number instead of ``log(0)``.
+    """
+    shifted = x - np.max(getval(x), axis=axis, keepdims=True)
+    return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
+
+
+# Rows are processed in tiles of about 2**18 entries, so the max, exp, sum and scale passes over
+# a tile run while it is still in cache instead of streaming the whole score array four times.
+_TILE_ENTRIES = 1 << 18
+
+
+def _softmax_rows(x: np.ndarray) -> None:
+    """In-place softmax along the last axis of ``x`` (masked entries are -inf).
+
+    Raises ``FloatingPointError`` if a row's largest entry is +inf (a score that overflowed).
+    """
+    big = np.max(x, axis=-1, keepdims=True)
+    if not np.isfinite(big).all():
+        if (big == np.inf).any():
+            raise FloatingPointError("a row of the softmax input holds +inf")
+        big[~np.isfinite(big)] = 0.0  # a fully masked row: exp(-inf) = 0 below, total 0
+    x -= big
+    np.exp(x, out=x)
+    total = np.sum(x, axis=-1, keepdims=True)
+    total[total == 0] = 1.0  # fully masked rows stay all zeros
+    np.reciprocal(total, out=total)  # one division per row, then a multiply per entry
+    x *= total
+
+
+def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
+    """Numpy fast path of :func:`softmax_core`: overwrites and returns ``x`` (a float array the caller owns).
+
+    Same semantics (``-inf`` and ``mask == False`` are masked; rows with nothing left give
+    zeros) with five cheap passes over the data instead of ten, which matters for
+    ``(…, n, n)`` score arrays. Single-threaded, tiled for the cache. Raises
+    ``FloatingPointError`` for a row holding ``+inf`` (callers validate their inputs, so only an
+    overflowed score gets here). Not differentiable by autograd: training code uses :func:`softmax_core`.
+    """
+    if mask is not None:
+        np.copyto(x, -np.inf, where=~mask)
+    rows = np.moveaxis(x, axis, -1)
+    if rows.size == 0:
+        return x
+    if not rows.flags.c_contiguous:
+        _softmax_rows(rows)  # a strided view (axis != -1): one pass, no tiles
+        return x
+    flat = rows.reshape(-1, rows.shape[-1])  # a view: rows is C-contiguous
+    step = max(1, _TILE_ENTRIES // max(1, flat.shape[-1]))
+    for r in range(0, flat.shape[0], step):
+        _softmax_rows(flat[r : r + step])
+    return x
+
+
+def _mask_for(name: str, mask, x: np.ndarray) -> np.ndarray:
+    mask = np.asarray(mask)
+    if mask.dtype != bool:
+        raise TypeError(f"{name} must be a boolean array (True = keep), received dtype {mask.dtype}")
+    try:
+        np.broadcast_shapes(mask.shape, x.shape)
+    except ValueError:
+        raise ValueError(f"{name} of shape {mask.shape} does not broadcast to logits of shape {x.shape}") from None
+    if np.broadcast_shapes(mask.shape, x.shape) != x.shape:
+        raise ValueError(f"{name} of shape {mask.shape} would enlarge logits of shape {x.shape}")
+    return mask
+
+
+def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
+    """Numerically stable softmax along ``axis``.
+
+    Parameters
+    ----------
+    x : array (..., n, ...)
+        Logits. ``-inf`` is allowed and means "masked"; NaN and ``+inf`` raise.
+    axis : int
+        Axis along which the probabilities sum to 1.
+    mask : bool array broadcastable to ``x``, optional
+        ``True`` where an entry may receive probability.
+
+    Returns
+    -------
+    p : array, same shape as ``x``
+        Rows sum to 1, except rows with every entry masked, which are all zeros
+        (documented choice: such a query attends to nothing).
+    """
+    x = as_float_array("x", x, allow_neg_inf=True)
+    if mask is not None:
+        mask = _mask_for("mask", mask, x)
+    return softmax_inplace(x.copy(), axis=axis, mask=mask)
+
+
+def log_softmax(x, axis: int = -1) -> np.ndarray:
+    """``log(softmax(x))`` computed without forming ``softmax`` (no log of 0 for large gaps).
+
+    x : (..., n) logits; returns the same shape.
+    """
+    return log_softmax_core(as_float_array("x", x), axis=axis)
+
+
+def entropy(p, axis: int = -1) -> np.ndarray:
+    """Shannon entropy in nats of probability vectors along ``axis``; ``0 log 0 = 0``.
+
+    p : (..., n) probabilities; returns (...).
+    """
+    p = as_float_array("p", p)
+    if (p < 0).any():
+        raise ValueError(f"p must be non-negative; received minimum {p.min():.3g} in shape {p.shape}")
+    logp = np.log(np.where(p > 0, p, 1.0))
+    return -np.sum(p * logp, axis=axis)
+
+
+def softmax_jacobian(p) -> np.ndarray:
+    """Jacobian of softmax at output ``p``: ``J = diag(p) - p pᵀ``.
+
+    ``J[..., i, j] = ∂p_i/∂z_j = p_i (δ_ij - p_j)``.
+
+    p : (..., n) probability vectors (non-negative, summing to 1)
+    returns : (..., n, n)
+    """
+    p = as_float_array("p", p)
+    if (p < 0).any() or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-6):
+        raise ValueError(
+            f"p must be probability vectors along the last axis (non-negative, summing to 1); shape {p.shape}"
+        )
+    return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
+
+
+def jacobian_frobenius_sq(p) -> np.ndarray:
+    """Closed form ``‖diag(p) − p pᵀ‖_F² = Σp² − 2Σp³ + (Σp²)²``.
+
+    p : (..., n); returns (...).
+    The three terms cancel when p is nearly one-hot (about 1 − max p < 1e-6): the result
+    then loses its relative accuracy and can even come out ≤ 0. Near one-hot, build the
+    Jacobian from the logits instead (``softmax_jacobian_from_logits`` of chapter 3).
+    """
+    p = as_float_array("p", p)
+    s2 = np.sum(p**2, axis=-1)
+    return s2 - 2 * np.sum(p**3, axis=-1) + s2**2
+
+
+def log_tail_mass(x) -> np.ndarray:
+    """``log(1 − Σ_{i∈S} softmax(x)_i)``, the log of the mass *outside* the largest logits.
+
+    ``S`` is the set of positions that attain the maximum of each row (all of them when the
+    maximum is tied). The value is computed from the shifted logits ``x − max x`` in the log
+    domain, so it stays accurate when ``1 − p_max`` is far below the float64 resolution near
+    1 (e.g. ``ln 2 − 100 ≈ -99.31`` for ``x = (100, 100, 200)``, where ``1 − p_max`` itself rounds to 0).
+
+    x : (..., n) finite logits; returns (...). A row whose entries are all equal has no mass
+    outside ``S`` and returns ``-inf``.
+    """
+    x = as_float_array("x", x)
+    shifted = x - np.max(x, axis=-1, keepdims=True)
+    is_max = shifted == 0
+    m = np.sum(is_max, axis=-1)  # size of S
+    # r = Σ_{j∉S} exp(x_j − max x) as a log-sum-exp over the non-maximal entries, shifted by
+    # the largest of them (−Δ) so that nothing underflows even for gaps far beyond 745.
+    masked = np.where(is_max, -np.inf, shifted)
+    top = np.max(masked, axis=-1)
+    top = np.where(np.isfinite(top), top, 0.0)  # every entry in S: r = 0 below
+    with np.errstate(divide="ignore"):
+        log_r_over_m = top + np.log(np.sum(np.exp(masked - top[..., None]), axis=-1)) - np.log(m)
+    # 1 − Σ_S p = r/(m + r) = (r/m) / (1 + r/m)
+    return log_r_over_m - np.log1p(np.exp(log_r_over_m))
+
+
+__all__ = [
+    "log_tail_mass",
+    "softmax",
+    "softmax_core",
+    "log_softmax_core",
+    "softmax_inplace",
+    "log_softmax",
+    "entropy",
+    "softmax_jacobian",
+    "jacobian_frobenius_sq",
+]
