@@ -49,15 +49,18 @@ import numpy as np
 LOG_VARIABLE = "ATTN_CHECK_LOG"
 
 
-def _log_closeness(name: str, *, used: float, spare_se: float | None = None, dev_se: float | None = None) -> None:
+def _log_closeness(
+    name: str, *, used: float, spare_se: float | None = None, dev_se: float | None = None, z: float | None = None
+) -> None:
     """Record how much of its allowance a check used (it fails when ``used > 1``) and, for a
-    tolerance made of standard errors, how many standard errors it had to spare (``spare_se``)
-    and, for a two-sided one, its signed deviation from theory in standard errors (``dev_se``)."""
+    tolerance made of standard errors, how many standard errors it had to spare (``spare_se``) of
+    the ``z`` it needs, and, for a two-sided one, its signed deviation from theory in standard
+    errors (``dev_se``)."""
     path = os.environ.get(LOG_VARIABLE)
     if not path:
         return
     record = {"name": name}
-    for key, value in (("used", used), ("spare_se", spare_se), ("dev_se", dev_se)):
+    for key, value in (("used", used), ("spare_se", spare_se), ("dev_se", dev_se), ("z", z)):
         record[key] = round(float(value), 4) if value is not None and np.isfinite(value) else None
     with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps(record) + "\n")
@@ -176,7 +179,11 @@ def check(
     off = abs(measured - theory) if np.isfinite(measured) else np.inf
     if se is not None and float(se) > 0:
         _log_closeness(
-            name, used=_ratio(off, bound), spare_se=(bound - off) / float(se), dev_se=(measured - theory) / float(se)
+            name,
+            used=_ratio(off, bound),
+            spare_se=(bound - off) / float(se),
+            dev_se=(measured - theory) / float(se),
+            z=bound / float(se),
         )
     else:
         _log_closeness(name, used=_ratio(off, bound))
@@ -235,6 +242,7 @@ def check_bound(
             name,
             used=_ratio(margin, gap) if gap > 0 else np.inf,
             spare_se=(gap - margin) / float(se) if float(se) > 0 else None,
+            z=z,
         )
     line = (
         f"{name} = {_measured(measured, fmt, approx)} (expected {' and '.join(parts)}{margin_text}"
@@ -346,7 +354,7 @@ def check_seeds(
     gap = min(gaps)
     margin = gap / se if se > 0 else (np.inf if gap >= 0 else -np.inf)
     ok = bool(np.isfinite(mean)) and gap >= 0 and margin >= z
-    _log_closeness(name, used=_ratio(z, margin) if margin > 0 else np.inf, spare_se=margin - z)
+    _log_closeness(name, used=_ratio(z, margin) if margin > 0 else np.inf, spare_se=margin - z, z=z)
     shown = "≈∞" if np.isinf(margin) else _measured(margin, ".1f", True)
     line = (
         f"{name} = {_measured(mean, fmt, True)} ± {_measured(se, fmt, True)} (mean ± SE of {values.size} seeds; "
