@@ -40,7 +40,15 @@ from .book.checks import (
     mc_moments,
 )
 from .book.glue import glue_number, glue_text
-from .book.measuring import count_macs, loglog_slope, min_seconds, numerical_jacobian, running_mean, traced_peak_memory
+from .book.measuring import (
+    count_macs,
+    loglog_slope,
+    min_seconds,
+    numerical_jacobian,
+    running_mean,
+    traced_peak_memory,
+    use_single_thread_blas,
+)
 from .book.plotting import PALETTE, attention_heatmap, figure, use_book_style
 from .book.seeding import rng, seed, seed_base, seeds
 from .multihead import (
@@ -105,6 +113,7 @@ __all__ = [
     "use_book_style",
     "attention_heatmap",
     "count_macs",
+    "use_single_thread_blas",
     "min_seconds",
     "loglog_slope",
     "running_mean",

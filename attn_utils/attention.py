@@ -135,6 +135,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None,
     if mask is not None:
         mask = check_mask(mask, (*q.shape[:-1], k.shape[-2]))
     scores = _scores(q, k, scale, matmul)  # (..., n_q, n_k)
+    if np.isneginf(scores).any():  # finite q and k: only an overflow makes -inf, and it would read as "masked"
+        raise ValueError(_overflow_message(scores.dtype))
     try:
         weights = softmax_inplace(scores, mask=mask)  # scores is ours to overwrite
     except FloatingPointError:

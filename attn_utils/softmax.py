@@ -1,8 +1,13 @@
 """Softmax, its logarithm, entropy and Jacobian, and the log of the mass outside the largest logit.
 
-The ``*_core`` functions are written with ``autograd.numpy`` so the training
-code can differentiate through them; the public functions validate their
-arguments first and then call the same core, so there is one implementation.
+Softmax has two implementations with one set of semantics, and the tests hold them equal
+(``tests/test_softmax.py``): :func:`softmax_core`, written with ``autograd.numpy`` so the training
+code can differentiate through it, and :func:`softmax_inplace`, a numpy fast path that overwrites
+its input (what :func:`softmax` and the attention functions use). Both treat ``-inf`` as masked and
+return zeros for a row with nothing left. They differ only on input that has no softmax: a row
+holding NaN or ``+inf`` comes out of the traced core as NaN (so a diverged training run shows up
+as a NaN loss), and makes the fast path raise. The public functions validate their arguments
+first, so they never see such input.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ def softmax_core(x, axis: int = -1, mask=None):
 
     ``mask`` is boolean, ``True`` = keep; it must broadcast against ``x``. Entries equal to
     ``-inf`` count as masked. A row with nothing left returns all zeros (not NaN): it contributes
-    nothing to an attention output.
+    nothing to an attention output. A row holding NaN or ``+inf`` has no softmax and returns all
+    NaN (never a mixture of numbers and NaN that looks like a distribution).
 
     The shift by the row maximum changes no value, so it is taken outside autograd's graph
     (``getval``): the graph holds only the exp, the sum and the division. Consequence: autograd
@@ -32,20 +38,29 @@ def softmax_core(x, axis: int = -1, mask=None):
     if np.isfinite(big).all():  # every row keeps a key, so every sum is >= 1: the lean graph
         e = anp.exp(x - big)
         return e / anp.sum(e, axis=axis, keepdims=True)
-    big[~np.isfinite(big)] = 0.0  # a fully masked row: every exp below is exp(-inf) = 0
-    e = anp.exp(x - big)
-    total = anp.sum(e, axis=axis, keepdims=True)
-    return e / anp.where(total > 0, total, 1.0)
+    undefined = np.isnan(big) | (big == np.inf)  # the max propagates NaN, and +inf is a logit that overflowed
+    big = np.where(np.isfinite(big), big, 0.0)  # a fully masked row: every exp below is exp(-inf) = 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = anp.exp(x - big)
+        total = anp.sum(e, axis=axis, keepdims=True)
+        p = e / anp.where(total > 0, total, 1.0)
+    return p + np.where(undefined, np.nan, 0.0) if undefined.any() else p  # a constant: gradients still flow
 
 
 def log_softmax_core(x, axis: int = -1):
     """``log(softmax(x))`` without argument checks (autograd-friendly; the training loss uses it).
 
     Computed from the shifted logits, never as the log of a probability, so a large gap gives a
-    large negative number instead of ``log(0)``.
+    large negative number instead of ``log(0)``. ``-inf`` entries are masked (``log 0 = -inf``), and a
+    row with every entry masked is all ``-inf``, the log of :func:`softmax_core`'s zero row.
     """
-    shifted = x - np.max(getval(x), axis=axis, keepdims=True)
-    return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
+    big = np.max(getval(x), axis=axis, keepdims=True)
+    if np.isfinite(big).all():
+        shifted = x - big
+        return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))
+    shifted = x - np.where(big == -np.inf, 0.0, big)
+    total = anp.sum(anp.exp(shifted), axis=axis, keepdims=True)
+    return shifted - anp.log(anp.where(total > 0, total, 1.0))
 
 
 # Rows are processed in tiles of about 2**18 entries, so the max, exp, sum and scale passes over
@@ -135,19 +150,35 @@ def softmax(x, axis: int = -1, mask=None) -> np.ndarray:
 def log_softmax(x, axis: int = -1) -> np.ndarray:
     """``log(softmax(x))`` computed without forming ``softmax`` (no log of 0 for large gaps).
 
-    x : (..., n) logits; returns the same shape.
+    x : (..., n) logits; ``-inf`` means masked, as in :func:`softmax`, and gives ``-inf``; NaN and
+    ``+inf`` raise. Returns the same shape; a row with every entry masked is all ``-inf``.
     """
-    return log_softmax_core(as_float_array("x", x), axis=axis)
+    return log_softmax_core(as_float_array("x", x, allow_neg_inf=True), axis=axis)
+
+
+def _probabilities(name: str, p, axis: int = -1) -> np.ndarray:
+    """``p`` as probability vectors along ``axis``: non-negative, each summing to 1 within rounding of
+    its dtype, or all zeros (the row :func:`softmax` returns when every entry is masked)."""
+    p = as_float_array(name, p)
+    total = np.sum(p, axis=axis)
+    slack = max(1e-6, 8 * p.shape[axis] * float(np.finfo(p.dtype).eps)) if p.size else 0.0
+    bad = (np.abs(total - 1) > slack) & (total != 0)
+    if (p < 0).any() or bad.any():
+        worst = "a negative entry" if (p < 0).any() else f"a row summing to {total[bad].flat[0]:.6g}"
+        raise ValueError(
+            f"{name} must be probability vectors along axis {axis} (non-negative, each summing to 1 or all zero); "
+            f"received {worst} in shape {p.shape}"
+        )
+    return p
 
 
 def entropy(p, axis: int = -1) -> np.ndarray:
     """Shannon entropy in nats of probability vectors along ``axis``; ``0 log 0 = 0``.
 
-    p : (..., n) probabilities; returns (...).
+    p : (..., n) probabilities (an all-zero row, softmax's fully masked row, has entropy 0);
+    returns (...). Anything that is not a probability vector raises.
     """
-    p = as_float_array("p", p)
-    if (p < 0).any():
-        raise ValueError(f"p must be non-negative; received minimum {p.min():.3g} in shape {p.shape}")
+    p = _probabilities("p", p, axis)
     logp = np.log(np.where(p > 0, p, 1.0))
     return -np.sum(p * logp, axis=axis)
 
@@ -157,14 +188,11 @@ def softmax_jacobian(p) -> np.ndarray:
 
     ``J[..., i, j] = ∂p_i/∂z_j = p_i (δ_ij - p_j)``.
 
-    p : (..., n) probability vectors (non-negative, summing to 1)
+    p : (..., n) probability vectors (non-negative, summing to 1); an all-zero row, softmax's
+        output for a fully masked row, is constant in the logits and has ``J = 0``
     returns : (..., n, n)
     """
-    p = as_float_array("p", p)
-    if (p < 0).any() or not np.allclose(p.sum(axis=-1), 1.0, atol=1e-6):
-        raise ValueError(
-            f"p must be probability vectors along the last axis (non-negative, summing to 1); shape {p.shape}"
-        )
+    p = _probabilities("p", p)
     return p[..., :, None] * np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :]
 
 
@@ -176,7 +204,7 @@ def jacobian_frobenius_sq(p) -> np.ndarray:
     then loses its relative accuracy and can even come out ≤ 0. Near one-hot, build the
     Jacobian from the logits instead (``softmax_jacobian_from_logits`` of chapter 3).
     """
-    p = as_float_array("p", p)
+    p = _probabilities("p", p)
     s2 = np.sum(p**2, axis=-1)
     return s2 - 2 * np.sum(p**3, axis=-1) + s2**2
 

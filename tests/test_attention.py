@@ -333,3 +333,11 @@ def test_prop_causal_parallel_equals_step_by_step(inputs):
     out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(q.shape[0], k.shape[0]))
     np.testing.assert_allclose(out, step_by_step(q, k, v), rtol=0, atol=1e-12)
     np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-14)
+
+
+def test_scores_overflowing_to_minus_inf_raise_not_read_as_masked():
+    # every score of the row overflows to -inf: treating that as "masked" would return a zero row
+    q, k, v = np.array([[1e200, 0.0]]), np.array([[-1e200, 0.0], [-2e200, 0.0]]), np.eye(2)
+    for f in (lambda: attention_scores(q, k), lambda: scaled_dot_product_attention(q, k, v)):
+        with pytest.raises(ValueError, match="overflowed float64"):
+            f()

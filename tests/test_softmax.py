@@ -313,3 +313,54 @@ def test_prop_fast_path_equals_autograd_path(seed, rows, n):
         softmax_inplace(x.copy(), mask=mask), softmax_core(x, mask=mask), rtol=1e-12, atol=1e-300
     )
     np.testing.assert_allclose(softmax_inplace(x.copy()), softmax_core(x), rtol=1e-12, atol=1e-300)
+
+
+# --- input that has no softmax, and the rows softmax returns for fully masked input ---
+
+
+def test_core_gives_a_nan_row_not_a_mixture_for_nan_or_overflowed_input():
+    x = np.array([[1.0, np.nan, 0.0], [1.0, np.inf, 0.0], [0.0, 1.0, 2.0]])
+    p = softmax_core(x)
+    assert np.isnan(p[:2]).all()  # a NaN row, never [2.7, nan, 1.0] that looks half like a distribution
+    np.testing.assert_allclose(p[2], softmax(x[2]), rtol=1e-15)
+    with pytest.raises(FloatingPointError, match=r"\+inf"):
+        softmax_inplace(x[1:2].copy())  # the fast path raises instead; public callers validate first
+
+
+def test_core_nan_row_has_nan_gradient_not_an_exception():
+    # a diverged training run must show up as a NaN loss that the training code can report
+    x = np.array([1.0, np.nan])
+    assert np.isnan(softmax_core(x)).all()
+    assert np.isnan(autograd.grad(lambda x: softmax_core(x)[0])(x)).any()
+
+
+def test_log_softmax_treats_neg_inf_as_masked_like_softmax():
+    x = np.array([[0.0, -np.inf, 1.0], [-np.inf, -np.inf, -np.inf]])
+    out = log_softmax(x)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(out, np.log(softmax(x)), rtol=1e-14)  # -inf where softmax is 0, all -inf if all are
+    np.testing.assert_allclose(out[0, [0, 2]], log_softmax(x[0, [0, 2]]), rtol=1e-15)
+
+
+def test_jacobian_of_a_fully_masked_row_is_zero():
+    # softmax returns a zero row when every logit is masked; it is constant in the logits, so J = 0
+    p = softmax(np.array([[-np.inf, -np.inf], [0.0, 0.0]]))
+    J = softmax_jacobian(p)
+    np.testing.assert_array_equal(J[0], np.zeros((2, 2)))
+    np.testing.assert_allclose(J[1], [[0.25, -0.25], [-0.25, 0.25]], rtol=1e-15)
+    assert entropy(p)[0] == 0 and jacobian_frobenius_sq(p)[0] == 0
+
+
+@pytest.mark.parametrize("f", [entropy, jacobian_frobenius_sq, softmax_jacobian])
+@pytest.mark.parametrize(
+    "bad, what",
+    [([2.0, 3.0], "a row summing to 5"), ([0.5, 0.6], "a row summing to 1.1"), ([1.5, -0.5], "a negative entry")],
+)
+def test_functions_of_probabilities_refuse_other_vectors(f, bad, what):
+    with pytest.raises(ValueError, match=rf"p must be probability vectors.*{what}"):
+        f(np.array(bad))
+
+
+def test_probability_check_allows_float32_rounding():
+    p = softmax(np.random.default_rng(0).normal(size=(4, 4096)).astype(np.float32))
+    assert np.isfinite(entropy(p)).all() and np.isfinite(jacobian_frobenius_sq(p)).all()

@@ -46,7 +46,15 @@ def single_thread_blas():
         yield
 
 
-__all__ = ["single_thread_blas"]
+def use_single_thread_blas():
+    """Give BLAS one thread for the rest of the process (a chapter's first cell calls this).
+
+    The book's matrices are small, so BLAS threads only add synchronisation, and on a busy machine
+    spinning threads made training several times slower. No printed result depends on the thread
+    count (CONTRIBUTING.md, "Portable outputs"; ``make test-portable`` runs the chapters with two).
+    Returns the ``threadpoolctl`` limiter; ``.restore_original_limits()`` undoes it.
+    """
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 @dataclass
@@ -196,3 +204,18 @@ def running_mean(x, window: int, axis: int = 0) -> np.ndarray:
     out[window:] = c[window:] - c[:-window]
     counts = np.minimum(np.arange(1, x.shape[0] + 1), window).reshape((-1,) + (1,) * (x.ndim - 1))
     return np.moveaxis(out / counts, 0, axis)
+
+
+__all__ = [
+    "single_thread_blas",
+    "use_single_thread_blas",
+    "MacCounter",
+    "count_macs",
+    "record_macs",
+    "counted_matmul",
+    "loglog_slope",
+    "min_seconds",
+    "traced_peak_memory",
+    "numerical_jacobian",
+    "running_mean",
+]
