@@ -71,12 +71,12 @@ _TILE_ENTRIES = 1 << 18
 def _softmax_rows(x: np.ndarray) -> None:
     """In-place softmax along the last axis of ``x`` (masked entries are -inf).
 
-    Raises ``FloatingPointError`` if a row's largest entry is +inf (a score that overflowed).
+    Raises ``FloatingPointError`` if a row's largest entry is +inf or NaN (a score that overflowed).
     """
     big = np.max(x, axis=-1, keepdims=True)
     if not np.isfinite(big).all():
-        if (big == np.inf).any():
-            raise FloatingPointError("a row of the softmax input holds +inf")
+        if (big == np.inf).any() or np.isnan(big).any():
+            raise FloatingPointError("a row of the softmax input holds +inf or NaN")
         big[~np.isfinite(big)] = 0.0  # a fully masked row: exp(-inf) = 0 below, total 0
     x -= big
     np.exp(x, out=x)
@@ -92,7 +92,7 @@ def softmax_inplace(x: np.ndarray, axis: int = -1, mask=None) -> np.ndarray:
     Same semantics (``-inf`` and ``mask == False`` are masked; rows with nothing left give
     zeros) with five cheap passes over the data instead of ten, which matters for
     ``(…, n, n)`` score arrays. Single-threaded, tiled for the cache. Raises
-    ``FloatingPointError`` for a row holding ``+inf`` (callers validate their inputs, so only an
+    ``FloatingPointError`` for a row holding ``+inf`` or NaN (callers validate their inputs, so only an
     overflowed score gets here). Not differentiable by autograd: training code uses :func:`softmax_core`.
     """
     if mask is not None:

@@ -341,3 +341,10 @@ def test_scores_overflowing_to_minus_inf_raise_not_read_as_masked():
     for f in (lambda: attention_scores(q, k), lambda: scaled_dot_product_attention(q, k, v)):
         with pytest.raises(ValueError, match="overflowed float64"):
             f()
+
+
+def test_scores_overflowing_through_cancellation_raise():
+    # partial sums of +inf and -inf: -inf or NaN by the order of operations, an overflow either way (true score 0)
+    q, k, v = np.array([[1e308, 1e308]]), np.array([[1e308, -1e308], [0.0, 1.0]]), np.eye(2)
+    with pytest.raises(ValueError, match="overflowed float64"):
+        scaled_dot_product_attention(q, k, v)
