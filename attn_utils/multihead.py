@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import check_mask, scaled_dot_product_attention
+from .counting import counted_matmul
 from .validation import as_float_array, check_axis_size, positive_int
 
 
@@ -122,7 +123,7 @@ def mha_param_count(
     return d_model * (h + h_kv) * d_k + d_model * (h_kv + h) * d_v
 
 
-def grouped_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=np.matmul):
+def grouped_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=counted_matmul):
     """Attention of ``h`` query heads over ``h_kv`` shared key/value heads (MQA/GQA), without copying K/V.
 
     q : (..., h, n_q, d_k); k : (..., h_kv, n_k, d_k); v : (..., h_kv, n_k, d_v), with ``h_kv``
@@ -202,17 +203,17 @@ def multi_head_attention(
     d_model = params["W_q"].shape[0]
     check_axis_size("x_q", x_q, -1, d_model, "d_model, rows of W_q")
     check_axis_size("x_kv", x_kv, -1, d_model, "d_model, rows of W_q")
-    q = split_heads(x_q @ params["W_q"], h)
+    q = split_heads(counted_matmul(x_q, params["W_q"]), h)  # every product counted by an active count_macs()
     d_k = q.shape[-1]
     if params["W_k"].shape[-1] != h_kv * d_k:
         raise ValueError(
             f"W_k must have h_kv·d_k = {h_kv}·{d_k} = {h_kv * d_k} columns (d_k = columns of W_q / h), "
             f"received shape {params['W_k'].shape}"
         )
-    k = split_heads(x_kv @ params["W_k"], h_kv)
-    v = split_heads(x_kv @ params["W_v"], h_kv)
+    k = split_heads(counted_matmul(x_kv, params["W_k"]), h_kv)
+    v = split_heads(counted_matmul(x_kv, params["W_v"]), h_kv)
     if g == 1:
         heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)
     else:
         heads, weights = grouped_attention(q, k, v, mask=mask, scale=scale)
-    return merge_heads(heads) @ params["W_o"], weights
+    return counted_matmul(merge_heads(heads), params["W_o"]), weights

@@ -323,3 +323,20 @@ def test_h_kv_equal_h_keeps_the_old_draws():
         np.testing.assert_array_equal(a[key], b[key])
     x = np.random.default_rng(44).normal(size=(5, 12))
     np.testing.assert_array_equal(multi_head_attention(x, x, a)[0], multi_head_attention(x, x, b, 4, h_kv=4)[0])
+
+
+def test_count_macs_sees_the_core():
+    # around the core itself (it used to count 0): the two attention products, then the four projections
+    import attn_utils as au
+
+    rng = np.random.default_rng(21)
+    b, h, n_q, n_k, d_k, d_v = 2, 3, 5, 7, 4, 6
+    q, k, v = rng.normal(size=(b, h, n_q, d_k)), rng.normal(size=(b, h, n_k, d_k)), rng.normal(size=(b, h, n_k, d_v))
+    with au.count_macs() as c:
+        au.scaled_dot_product_attention(q, k, v)
+    assert (c.macs, c.products) == (b * h * n_q * n_k * (d_k + d_v), 2)
+    d, n = 12, 9
+    x, p = rng.normal(size=(n, d)), au.init_mha_params(rng, d, 4)
+    with au.count_macs() as c:
+        au.multi_head_attention(x, x, p)
+    assert c.macs == 4 * n * d * d + 2 * n * n * d and c.products == 6
