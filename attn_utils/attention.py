@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .counting import counted_matmul
 from .softmax import softmax_inplace
 from .validation import as_float_array, check_axis_size, check_same_leading, positive_int, positive_scalar
 
@@ -94,7 +95,7 @@ def _overflow_message(dtype) -> str:
     )
 
 
-def _scores(q: np.ndarray, k: np.ndarray, scale: float | None, matmul=np.matmul) -> np.ndarray:
+def _scores(q: np.ndarray, k: np.ndarray, scale: float | None, matmul=counted_matmul) -> np.ndarray:
     """:func:`attention_scores` for arrays that are already checked."""
     scale = default_scale(q.shape[-1]) if scale is None else positive_scalar("scale", scale)
     # Scaling q (n_q·d_k numbers) is cheaper than scaling the (n_q, n_k) product. An overflow
@@ -103,7 +104,7 @@ def _scores(q: np.ndarray, k: np.ndarray, scale: float | None, matmul=np.matmul)
         return matmul(q * np.asarray(scale, dtype=q.dtype), np.swapaxes(k, -1, -2))
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=np.matmul):
+def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=counted_matmul):
     """``softmax(scale · q kᵀ) v``, with an optional boolean mask.
 
     Parameters
@@ -119,8 +120,9 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None,
     scale : float > 0, optional
         Defaults to ``1/sqrt(d_k)`` (per-head key size, not d_model).
     matmul : callable, optional
-        What multiplies ``q kᵀ`` and ``weights v`` (numpy's ``matmul`` by default). The book's
-        layers pass a counting one to measure the multiply-adds the two products execute.
+        What multiplies ``q kᵀ`` and ``weights v``: by default ``a @ b`` recorded by any active
+        :func:`~attn_utils.counting.count_macs` (``with au.count_macs() as c:`` around this call
+        counts its ``n_q·n_k·(d_k + d_v)`` multiply-adds per batch and head).
 
     Returns
     -------

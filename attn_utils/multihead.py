@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import check_mask, scaled_dot_product_attention
+from .counting import counted_matmul
 from .validation import as_float_array, check_axis_size, positive_int
 
 
@@ -53,16 +54,53 @@ def merge_heads(x) -> np.ndarray:
 
 
 class MHAParams(dict):
-    """The four projection matrices (a dict ``W_q, W_k, W_v, W_o`` of arrays) and the head counts.
+    """The four projection matrices and the head counts, validated once, on construction; immutable.
 
-    ``h`` query heads and ``h_kv`` key/value heads (default ``h``; it must divide ``h``). A dict,
-    so ``params.values()`` are the weight arrays; ``params.h`` and ``params.h_kv`` are not among them.
+    ``weights``: ``W_q (d_model, h·d_k)``, ``W_k (d_model, h_kv·d_k)``, ``W_v (d_model, h_kv·d_v)``,
+    ``W_o (h·d_v, d_model)``, finite. ``h`` query heads and ``h_kv`` key/value heads (default ``h``;
+    it must divide ``h``). A wrong shape, a head count that does not divide the columns, or a
+    non-finite weight raises ``ValueError`` naming the matrix. A dict, so ``params["W_q"]`` and
+    ``params.values()`` work; ``params.h``, ``params.h_kv``, ``params.d_k`` and ``params.d_v`` are
+    not among the values. Assigning to it raises: a new head count or a new matrix is a new
+    :class:`MHAParams`.
     """
 
     def __init__(self, weights: dict, h: int, h_kv: int | None = None):
-        super().__init__(weights)
-        self.h = positive_int("h", h)
-        self.h_kv = self.h // group_size(self.h, h_kv)
+        if not isinstance(weights, dict):
+            raise TypeError(f"weights must be a dict of the four matrices, received {type(weights).__name__}")
+        missing = {"W_q", "W_k", "W_v", "W_o"} - set(weights)
+        if missing:
+            raise ValueError(f"params is missing {sorted(missing)}")
+        h = positive_int("h", h)
+        h_kv = h // group_size(h, h_kv)
+        w = {name: as_float_array(name, weights[name], min_ndim=2) for name in ("W_q", "W_k", "W_v", "W_o")}
+        for name, m in w.items():
+            if m.ndim != 2:
+                raise ValueError(f"{name} must be a matrix (2 axes), received shape {m.shape}")
+        d_model = w["W_q"].shape[0]
+
+        def per_head(name: str, heads: int) -> int:
+            cols = w[name].shape[1]
+            if w[name].shape[0] != d_model or cols % heads:
+                raise ValueError(
+                    f"{name} must be (d_model={d_model}, {heads}·d) for {heads} heads, received shape {w[name].shape}"
+                )
+            return cols // heads
+
+        d_k, d_v = per_head("W_q", h), per_head("W_v", h_kv)
+        if w["W_k"].shape != (d_model, h_kv * d_k):
+            raise ValueError(
+                f"W_k must be (d_model, h_kv·d_k) = {(d_model, h_kv * d_k)}, received shape {w['W_k'].shape}"
+            )
+        if w["W_o"].shape != (h * d_v, d_model):
+            raise ValueError(f"W_o must be (h·d_v, d_model) = {(h * d_v, d_model)}, received shape {w['W_o'].shape}")
+        super().__init__(w)
+        self.h, self.h_kv, self.d_k, self.d_v = h, h_kv, d_k, d_v
+
+    def _immutable(self, *args, **kwargs):
+        raise TypeError("MHAParams is immutable: build a new one, MHAParams({...}, h, h_kv)")
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _immutable
 
     def __repr__(self) -> str:
         kv = "" if self.h_kv == self.h else f", h_kv={self.h_kv}"
@@ -122,7 +160,7 @@ def mha_param_count(
     return d_model * (h + h_kv) * d_k + d_model * (h_kv + h) * d_v
 
 
-def grouped_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=np.matmul):
+def grouped_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=counted_matmul):
     """Attention of ``h`` query heads over ``h_kv`` shared key/value heads (MQA/GQA), without copying K/V.
 
     q : (..., h, n_q, d_k); k : (..., h_kv, n_k, d_k); v : (..., h_kv, n_k, d_v), with ``h_kv``
@@ -180,9 +218,6 @@ def multi_head_attention(
     """
     x_q = as_float_array("x_q", x_q, min_ndim=2)
     x_kv = as_float_array("x_kv", x_kv, min_ndim=2)
-    missing = {"W_q", "W_k", "W_v", "W_o"} - set(params)
-    if missing:
-        raise ValueError(f"params is missing {sorted(missing)}")
     if isinstance(params, MHAParams):
         if h is not None and positive_int("h", h) != params.h:
             raise ValueError(
@@ -194,25 +229,19 @@ def multi_head_attention(
                 f"h_kv must be the key/value head count the parameters were made for ({params.h_kv}), "
                 f"received h_kv={h_kv}"
             )
-        h, h_kv = params.h, params.h_kv
     elif h is None:
         raise TypeError("h is required when params is a plain dict (init_mha_params records it)")
-    g = group_size(h, h_kv)
-    h_kv = h // g
+    else:
+        params = MHAParams(params, h, h_kv)  # a plain dict goes through the same validation
+    h, h_kv = params.h, params.h_kv
     d_model = params["W_q"].shape[0]
     check_axis_size("x_q", x_q, -1, d_model, "d_model, rows of W_q")
     check_axis_size("x_kv", x_kv, -1, d_model, "d_model, rows of W_q")
-    q = split_heads(x_q @ params["W_q"], h)
-    d_k = q.shape[-1]
-    if params["W_k"].shape[-1] != h_kv * d_k:
-        raise ValueError(
-            f"W_k must have h_kv·d_k = {h_kv}·{d_k} = {h_kv * d_k} columns (d_k = columns of W_q / h), "
-            f"received shape {params['W_k'].shape}"
-        )
-    k = split_heads(x_kv @ params["W_k"], h_kv)
-    v = split_heads(x_kv @ params["W_v"], h_kv)
-    if g == 1:
+    q = split_heads(counted_matmul(x_q, params["W_q"]), h)  # every product counted by an active count_macs()
+    k = split_heads(counted_matmul(x_kv, params["W_k"]), h_kv)
+    v = split_heads(counted_matmul(x_kv, params["W_v"]), h_kv)
+    if h_kv == h:
         heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)
     else:
         heads, weights = grouped_attention(q, k, v, mask=mask, scale=scale)
-    return merge_heads(heads) @ params["W_o"], weights
+    return counted_matmul(merge_heads(heads), params["W_o"]), weights

@@ -146,7 +146,7 @@ def test_self_attention_layer_equals_multi_head_attention(h, causal):
 
 def test_attention_core_is_plain_attention_of_x():
     x = np.random.default_rng(4).normal(size=(6, 5))
-    out, _ = self_attention_layer(x, projections=False)
+    out, _ = self_attention_layer(x, projections=False, h=1)
     np.testing.assert_allclose(out, scaled_dot_product_attention(x, x, x)[0], rtol=1e-12)
 
 
@@ -459,9 +459,22 @@ def test_bad_arguments_name_the_argument():
     with pytest.raises(ValueError, match="x axis -1"):
         self_attention_layer(np.ones((3, 5)), init_mha_params(rng, 4, 1))
     with pytest.raises(ValueError, match="overflowed"):
-        self_attention_layer(np.full((3, 4), 1e200), projections=False)
+        self_attention_layer(np.full((3, 4), 1e200), projections=False, h=1)
     with pytest.raises(ValueError, match="params is required"):
-        self_attention_layer(np.ones((3, 4)))
+        self_attention_layer(np.ones((3, 4)), h=1)
+
+
+def test_self_attention_layer_takes_the_head_count_from_its_parameters():
+    # it used to default to h = 1 and split 4-head parameters into one head: output off, no error
+    rng = np.random.default_rng(13)
+    x, p = rng.normal(size=(5, 8)), init_mha_params(rng, 8, 4)
+    np.testing.assert_allclose(self_attention_layer(x, p)[0], multi_head_attention(x, x, p)[0], rtol=1e-12)
+    with pytest.raises(ValueError, match=r"head count the parameters were made for \(4\)"):
+        self_attention_layer(x, p, 1)
+    with pytest.raises(TypeError, match="h is required"):
+        self_attention_layer(x, dict(p))  # a plain dict does not know its head count
+    with pytest.raises(ValueError, match="h_kv=2"):
+        self_attention_layer(x, init_mha_params(rng, 8, 4, h_kv=2))
     with pytest.raises(ValueError, match=r"W must have shape \(k, d_in, d\)"):
         conv1d_layer(np.ones((3, 4)), {"W": np.ones((2, 4, 4, 1)), "b": np.zeros(4)})
     with pytest.raises(ValueError, match="dilation must be >= 1"):

@@ -17,7 +17,7 @@ from attn_utils import (
     scaled_dot_product_attention,
     split_heads,
 )
-from attn_utils.multihead import group_size, grouped_attention
+from attn_utils.multihead import MHAParams, group_size, grouped_attention
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -303,7 +303,7 @@ def test_grouped_param_count_and_errors():
     with pytest.raises(ValueError, match="h_kv must be the key/value head count the parameters were made for"):
         multi_head_attention(x, x, p, h_kv=4)
     plain = dict(p)
-    with pytest.raises(ValueError, match="W_k must have h_kv·d_k = 4·4 = 16 columns"):
+    with pytest.raises(ValueError, match=r"W_k must be \(d_model, h_kv·d_k\) = \(16, 16\), received shape \(16, 8\)"):
         multi_head_attention(x, x, plain, 4)  # h_kv defaults to h for a plain dict
     np.testing.assert_array_equal(multi_head_attention(x, x, plain, 4, h_kv=2)[0], multi_head_attention(x, x, p)[0])
     with pytest.raises(ValueError, match="h=4 must be a multiple of h_kv=3"):
@@ -323,3 +323,46 @@ def test_h_kv_equal_h_keeps_the_old_draws():
         np.testing.assert_array_equal(a[key], b[key])
     x = np.random.default_rng(44).normal(size=(5, 12))
     np.testing.assert_array_equal(multi_head_attention(x, x, a)[0], multi_head_attention(x, x, b, 4, h_kv=4)[0])
+
+
+def test_count_macs_sees_the_core():
+    # around the core itself (it used to count 0): the two attention products, then the four projections
+    import attn_utils as au
+
+    rng = np.random.default_rng(21)
+    b, h, n_q, n_k, d_k, d_v = 2, 3, 5, 7, 4, 6
+    q, k, v = rng.normal(size=(b, h, n_q, d_k)), rng.normal(size=(b, h, n_k, d_k)), rng.normal(size=(b, h, n_k, d_v))
+    with au.count_macs() as c:
+        au.scaled_dot_product_attention(q, k, v)
+    assert (c.macs, c.products) == (b * h * n_q * n_k * (d_k + d_v), 2)
+    d, n = 12, 9
+    x, p = rng.normal(size=(n, d)), au.init_mha_params(rng, d, 4)
+    with au.count_macs() as c:
+        au.multi_head_attention(x, x, p)
+    assert c.macs == 4 * n * d * d + 2 * n * n * d and c.products == 6
+
+
+def test_mha_params_are_validated_once_and_immutable():
+    # shapes, divisibility and finiteness are checked on construction, naming the matrix
+    rng = np.random.default_rng(22)
+    p = init_mha_params(rng, 12, 4, d_v=5)
+    assert (p.h, p.h_kv, p.d_k, p.d_v) == (4, 4, 3, 5)
+    bad = {**p, "W_o": p["W_o"][:-1]}
+    with pytest.raises(ValueError, match=r"W_o must be \(h·d_v, d_model\) = \(20, 12\)"):
+        MHAParams(bad, 4)
+    with pytest.raises(ValueError, match="W_q must be .* for 5 heads"):
+        MHAParams(dict(p), 5)
+    with pytest.raises(ValueError, match="W_v contains 12 non-finite"):
+        MHAParams({**p, "W_v": np.where(np.arange(20) == 3, np.nan, p["W_v"])}, 4)
+    with pytest.raises(ValueError, match="W_k must be a matrix"):
+        MHAParams({**p, "W_k": p["W_k"][None]}, 4)
+    with pytest.raises(ValueError, match=r"params is missing \['W_o'\]"):
+        MHAParams({k: v for k, v in p.items() if k != "W_o"}, 4)
+    with pytest.raises(TypeError, match="immutable"):
+        p["W_q"] = p["W_q"] * 2
+    with pytest.raises(TypeError, match="immutable"):
+        p.update(W_q=p["W_q"])
+    # a plain dict with a wrong head count fails the same validation inside multi_head_attention
+    x = rng.normal(size=(3, 12))
+    with pytest.raises(ValueError, match="for 5 heads"):
+        multi_head_attention(x, x, dict(p), 5)

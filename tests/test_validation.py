@@ -197,7 +197,7 @@ def test_mha_d_model_mismatch():
         multi_head_attention(np.ones((3, 6)), np.ones((3, 8)), params, 2)
     with pytest.raises(ValueError, match=r"head count the parameters were made for \(2\), received h=3"):
         multi_head_attention(np.ones((3, 8)), np.ones((3, 8)), params, 3)
-    with pytest.raises(ValueError, match="divisible by h=3"):
+    with pytest.raises(ValueError, match=r"W_q must be \(d_model=8, 3·d\) for 3 heads, received shape \(8, 8\)"):
         multi_head_attention(np.ones((3, 8)), np.ones((3, 8)), dict(params), 3)
 
 

@@ -17,12 +17,11 @@ import contextlib
 import threading
 import time
 import tracemalloc
-from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..counting import MacCounter, count_macs, counted_matmul, record_macs
 from ..validation import as_float_array, positive_int, positive_scalar
 
 
@@ -55,48 +54,6 @@ def use_single_thread_blas():
     Returns the ``threadpoolctl`` limiter; ``.restore_original_limits()`` undoes it.
     """
     return threadpool_limits(limits=1, user_api="blas")
-
-
-@dataclass
-class MacCounter:
-    """Running totals: ``macs`` multiply-adds and ``products`` array products executed."""
-
-    macs: int = 0
-    products: int = 0
-
-
-_ACTIVE: list[MacCounter] = []
-
-
-@contextmanager
-def count_macs():
-    """Count the multiply-adds of every array product the layers of this module execute.
-
-    ``with count_macs() as c: ...`` then read ``c.macs`` and ``c.products``. A product
-    ``(..., m, p) @ (..., p, r)`` counts ``size(result) · p`` multiply-adds. Element-wise work
-    (softmax, tanh, bias, masking) is not counted: it is ``O(n·n)`` or ``O(n·d)``, lower order than
-    every product. Counters nest: an outer counter also sees what an inner one counts.
-    """
-    counter = MacCounter()
-    _ACTIVE.append(counter)
-    try:
-        yield counter
-    finally:
-        _ACTIVE.remove(counter)
-
-
-def record_macs(macs: int, products: int = 1) -> None:
-    """Add ``macs`` multiply-adds (in ``products`` matrix products) to every active :class:`MacCounter`."""
-    for counter in _ACTIVE:
-        counter.macs += int(macs)
-        counter.products += products
-
-
-def counted_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b``, its multiply-adds recorded in every active :class:`MacCounter`."""
-    out = a @ b
-    record_macs(out.size * a.shape[-1])
-    return out
 
 
 def loglog_slope(x, y) -> float:

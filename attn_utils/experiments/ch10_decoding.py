@@ -106,7 +106,7 @@ def init_decoder_params(
     )
     layers = []
     for _ in range(n_layers):
-        layer = init_mha_params(rng, d_model, h)
+        layer = dict(init_mha_params(rng, d_model, h))  # attention weights, then the MLP weights beside them
         layer.update(
             W_1=rng.normal(0, d_model**-0.5, (d_model, d_ff)),
             b_1=np.zeros(d_ff),

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..attention import scaled_dot_product_attention
 from ..book.measuring import counted_matmul
-from ..multihead import merge_heads, split_heads
+from ..multihead import MHAParams, merge_heads, split_heads
 from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
 
@@ -41,20 +41,30 @@ def conv_macs(n: int, d: int, k: int, *, d_in: int | None = None) -> int:
     return n * k * d_in * d
 
 
-def self_attention_layer(x, params: dict | None = None, h: int = 1, mask=None, *, projections: bool = True):
+def self_attention_layer(x, params: dict | None = None, h: int | None = None, mask=None, *, projections: bool = True):
     """Self-attention ``concat_i(softmax(Q_i K_iᵀ/√d_k) V_i) W_o`` with ``Q, K, V = x W_q, x W_k, x W_v``.
 
     x : (..., n, d); params : ``W_q, W_k, W_v (d, h·d_k)``, ``W_o (h·d_v, d)`` from
     :func:`~attn_utils.multihead.init_mha_params`; mask : bool (n, n), ``True`` = may attend.
+    h : the head count; taken from the parameters when they are :class:`~attn_utils.multihead.MHAParams`
+    (a different ``h`` is refused: it would change ``d_k`` and the scale), required otherwise.
     ``projections=False`` runs the core only (``Q = K = V = x``, no ``W_o``; ``params`` ignored).
 
     Returns ``(output (..., n, d_out), weights (..., h, n, n))``. The core is
-    :func:`~attn_utils.attention.scaled_dot_product_attention`, with its two products ``Q Kᵀ``
-    and ``A V`` run through :func:`counted_matmul` like the projections, so a
-    counter sees what was executed: ``2·n²·d`` multiply-adds whether or not a mask zeroes some
-    weights, because the dense products are computed either way.
+    :func:`~attn_utils.attention.scaled_dot_product_attention`, whose two products ``Q Kᵀ`` and
+    ``A V`` are counted by :func:`count_macs` like the projections, so a counter sees what was
+    executed: ``2·n²·d`` multiply-adds whether or not a mask zeroes some weights, because the dense
+    products are computed either way.
     """
     x = as_float_array("x", x, min_ndim=2)
+    if projections and isinstance(params, MHAParams):
+        if h is not None and positive_int("h", h) != params.h:
+            raise ValueError(f"h must be the head count the parameters were made for ({params.h}), received h={h}")
+        if params.h_kv != params.h:
+            raise ValueError(f"this layer has one key/value head per query head; params has h_kv={params.h_kv}")
+        h = params.h
+    elif h is None:
+        raise TypeError("h is required unless params are MHAParams (init_mha_params records the head count)")
     h = positive_int("h", h)
     if projections:
         if params is None:
@@ -66,9 +76,7 @@ def self_attention_layer(x, params: dict | None = None, h: int = 1, mask=None, *
         q, k, v = (counted_matmul(x, params[name]) for name in ("W_q", "W_k", "W_v"))
     else:
         q = k = v = x
-    heads, weights = scaled_dot_product_attention(
-        split_heads(q, h), split_heads(k, h), split_heads(v, h), mask, matmul=counted_matmul
-    )  # Q Kᵀ and A V counted as they run
+    heads, weights = scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), mask)
     out = merge_heads(heads)
     return (counted_matmul(out, params["W_o"]) if projections else out), weights
 
