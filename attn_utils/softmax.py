@@ -1,7 +1,7 @@
 """Softmax, its logarithm, entropy and Jacobian, and the log of the mass outside the largest logit.
 
 Softmax has two implementations with one set of semantics, and the tests hold them equal
-(``tests/test_softmax.py``): :func:`softmax_core`, written with ``autograd.numpy`` so the training
+(``tests/core/test_softmax.py``): :func:`softmax_core`, written with ``autograd.numpy`` so the training
 code can differentiate through it, and :func:`softmax_inplace`, a numpy fast path that overwrites
 its input (what :func:`softmax` and the attention functions use). Both treat ``-inf`` as masked and
 return zeros for a row with nothing left. They differ only on input that has no softmax: a row
@@ -232,7 +232,7 @@ def log_tail_mass(x) -> np.ndarray:
     with np.errstate(divide="ignore"):
         log_r_over_m = top + np.log(np.sum(np.exp(masked - top[..., None]), axis=-1)) - np.log(m)
     # 1 − Σ_S p = r/(m + r) = (r/m) / (1 + r/m)
-    return log_r_over_m - np.log1p(np.exp(log_r_over_m))
+    return log_r_over_m
 
 
 __all__ = [
