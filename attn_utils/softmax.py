@@ -232,7 +232,7 @@ def log_tail_mass(x) -> np.ndarray:
     with np.errstate(divide="ignore"):
         log_r_over_m = top + np.log(np.sum(np.exp(masked - top[..., None]), axis=-1)) - np.log(m)
     # 1 − Σ_S p = r/(m + r) = (r/m) / (1 + r/m)
-    return log_r_over_m
+    return log_r_over_m - np.log1p(np.exp(log_r_over_m))
 
 
 __all__ = [

@@ -132,6 +132,7 @@ def killed(folder: str) -> bool:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folders", nargs="+", default=["core"], help="test folders under tests/ (default: core)")
+    parser.add_argument("--only", nargs="+", type=int, help="run only these mutant numbers (as printed)")
     args = parser.parse_args(argv)
     for name, old, _ in MUTANTS:  # refuse a stale list before touching anything
         count = (PKG / name).read_text(encoding="utf-8").count(old)
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"tests/{folder} fails without any mutant: fix that first")
     survived = {folder: [] for folder in args.folders}
     start = time.perf_counter()
-    for i, (name, old, new) in enumerate(MUTANTS, 1):
+    chosen = [(i, m) for i, m in enumerate(MUTANTS, 1) if not args.only or i in args.only]
+    for i, (name, old, new) in chosen:
         path = PKG / name
         original = path.read_text(encoding="utf-8")
         path.write_text(original.replace(old, new), encoding="utf-8")
@@ -155,11 +157,10 @@ def main(argv=None) -> int:
                 survived[folder].append(i)
         shown = "  ".join(f"{folder}: {'killed' if dead else 'SURVIVED'}" for folder, dead in verdicts.items())
         print(f"{i:3d} {name:<13} {shown}   {old.strip().splitlines()[0][:60]}", flush=True)
-    print(f"\n{len(MUTANTS)} mutants of the core, {time.perf_counter() - start:.0f} s")
+    print(f"\n{len(chosen)} mutants of the core, {time.perf_counter() - start:.0f} s")
     for folder, ids in survived.items():
         print(
-            f"  tests/{folder}: kills {len(MUTANTS) - len(ids)} of {len(MUTANTS)}"
-            + (f"; survivors {ids}" if ids else "")
+            f"  tests/{folder}: kills {len(chosen) - len(ids)} of {len(chosen)}" + (f"; survivors {ids}" if ids else "")
         )
     return 1 if survived.get("core") else 0
 
