@@ -63,7 +63,7 @@ check-wheel: $(STAMP)
 
 # After make html: the site works offline (assets local, math rendered by headless Chromium).
 check-site: $(STAMP)
-	$(BIN)/python -m pytest -p no:xdist -q tests/test_site.py
+	$(BIN)/python -m pytest -p no:xdist -q tests/pages/test_site.py
 
 # Jupyter refuses to start as root unless told; root is normal in a container.
 lab: $(STAMP)

@@ -121,7 +121,7 @@ def scaled_dot_product_attention(q, k, v, mask=None, scale: float | None = None,
         Defaults to ``1/sqrt(d_k)`` (per-head key size, not d_model).
     matmul : callable, optional
         What multiplies ``q kᵀ`` and ``weights v``: by default ``a @ b`` recorded by any active
-        :func:`~attn_utils.counting.count_macs` (``with au.count_macs() as c:`` around this call
+        ``au.count_macs()`` (``with au.count_macs() as c:`` around this call
         counts its ``n_q·n_k·(d_k + d_v)`` multiply-adds per batch and head).
 
     Returns

@@ -1,8 +1,8 @@
 """Softmax, its logarithm, entropy and Jacobian, and the log of the mass outside the largest logit.
 
 Softmax has two implementations with one set of semantics, and the tests hold them equal
-(``tests/test_softmax.py``): :func:`softmax_core`, written with ``autograd.numpy`` so the training
-code can differentiate through it, and :func:`softmax_inplace`, a numpy fast path that overwrites
+(``tests/core/test_softmax.py``): ``softmax_core``, written with ``autograd.numpy`` so the training
+code can differentiate through it, and ``softmax_inplace``, a numpy fast path that overwrites
 its input (what :func:`softmax` and the attention functions use). Both treat ``-inf`` as masked and
 return zeros for a row with nothing left. They differ only on input that has no softmax: a row
 holding NaN or ``+inf`` comes out of the traced core as NaN (so a diverged training run shows up
@@ -188,8 +188,9 @@ def softmax_jacobian(p) -> np.ndarray:
 
     ``J[..., i, j] = ∂p_i/∂z_j = p_i (δ_ij - p_j)``.
 
-    p : (..., n) probability vectors (non-negative, summing to 1); an all-zero row, softmax's
-        output for a fully masked row, is constant in the logits and has ``J = 0``
+    p : (..., n) probability vectors (non-negative, summing to 1). An all-zero row (softmax's
+    output for a fully masked row) is constant in the logits and has ``J = 0``.
+
     returns : (..., n, n)
     """
     p = _probabilities("p", p)

@@ -1,13 +1,14 @@
 """Measure the book's speed budgets and attn_utils' efficiency on this machine.
 
 Usage (from the repository root, after `make test` has created .venv):
-    .venv/bin/python benchmarks/run.py            # everything (~5 minutes)
+    .venv/bin/python benchmarks/run.py            # everything (~8 minutes)
     .venv/bin/python benchmarks/run.py --only attention memory
 
 Budgets (issues 7, 10): test suite <= 180 s on 2 cores; each notebook <= 12 s in a fresh kernel
 with the reader's default environment (no BLAS thread variables); warm site rebuild
 <= 20 s; attention forward <= 1.5x the two-matmul bound; blocked attention peak memory at
-n = 4096 <= 10% of naive. Prints a table and writes benchmarks/results/latest.json.
+n = 4096 <= 10% of naive; every one-line mutant of the core killed by tests/core (tools/mutate.py,
+about 3 minutes). Prints a table and writes benchmarks/results/latest.json.
 Nothing here is asserted by the test suite: timings are machine dependent.
 """
 
@@ -144,6 +145,14 @@ def bench_memory() -> None:
     verdict("blocked / naive peak memory at n=4096", ratios[4096], 0.10, "x")
 
 
+def bench_mutants() -> None:
+    """tools/mutate.py: one-line mutants of the core; the core's own tests must kill every one."""
+    out = subprocess.run([sys.executable, "tools/mutate.py"], cwd=ROOT, capture_output=True, text=True)
+    print("  " + out.stdout.strip().splitlines()[-1].strip())
+    survivors = 0 if out.returncode == 0 else out.stdout.count("SURVIVED")
+    verdict("core mutants surviving tests/core", survivors, 0, "")
+
+
 SECTIONS = {
     "attention": bench_attention,
     "memory": bench_memory,
@@ -151,6 +160,7 @@ SECTIONS = {
     "tests": bench_tests,
     "site": bench_site,
     "pdf": bench_pdf,
+    "mutants": bench_mutants,
 }
 
 if __name__ == "__main__":

@@ -74,13 +74,13 @@ def number_of(path: Path) -> int:
 
 
 # Notebook metadata "cheatsheet": the question in a few words, the answer in one line, the formula,
-# the number to remember. tests/test_book.py limits their length.
+# the number to remember. tests/pages/test_book.py limits their length.
 SHEET_KEYS = ("ask", "answer", "formula", "remember")
 
 
 def cheatsheet() -> str:
     out = [
-        # The table needs the width, and it must fit one laptop screen (tests/test_site.py): neither
+        # The table needs the width, and it must fit one laptop screen (tests/pages/test_site.py): neither
         # the chapter list nor the "Contents" column on this page.
         "---\nhtml_theme.sidebar_secondary.remove: true\n---\n",
         LATEX_UNNUMBERED,

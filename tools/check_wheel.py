@@ -11,6 +11,7 @@ or when any module fails to import from the installed copy (run outside the sour
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,12 +40,15 @@ def source_version() -> str:
 
 
 def main() -> int:
+    build_dir_existed = (ROOT / "build").exists()
     with tempfile.TemporaryDirectory(prefix="wheel-") as tmp:
         tmp = Path(tmp)
         subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp / "dist"), str(ROOT)],
             check=True,
         )
+        if not build_dir_existed:  # setuptools builds in the source tree: leave no build/ behind
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
         (wheel,) = (tmp / "dist").glob("attn_utils-*.whl")
         version = wheel.name.split("-")[1]
         if version != source_version():

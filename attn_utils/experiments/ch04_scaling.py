@@ -246,7 +246,7 @@ def train_scale_rules(
     All M·S models share one forward/backward pass per step (the seed axis of the harness is
     member-major), which removes the per-call overhead of M separate :func:`attn_utils.train`
     calls; Adam gets a per-member learning rate. Results agree with the separate calls up to
-    rounding (``tests/test_scaling.py``), which training then amplifies as it does between
+    rounding (``tests/experiments/test_scaling.py``), which training then amplifies as it does between
     machines, so only statistics over seeds are comparable.
 
     members : sequence of (rule, lr) pairs, rule in ``attn_utils.SCALE_RULES``, lr > 0, or

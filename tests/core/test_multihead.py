@@ -366,3 +366,11 @@ def test_mha_params_are_validated_once_and_immutable():
     x = rng.normal(size=(3, 12))
     with pytest.raises(ValueError, match="for 5 heads"):
         multi_head_attention(x, x, dict(p), 5)
+
+
+def test_init_variances_are_one_over_fan_in():
+    # W_q, W_k, W_v: variance 1/d_model; W_o: 1/(h·d_v), its own fan-in (d_model when d_v = d_model/h)
+    rng = np.random.default_rng(23)
+    p = init_mha_params(rng, 64, 4, d_v=32)  # W_o is (128, 64): fan-in 128, not 64
+    for name, fan_in in (("W_q", 64), ("W_k", 64), ("W_v", 64), ("W_o", 128)):
+        assert abs(p[name].std() * np.sqrt(fan_in) - 1) < 0.05, name  # SE of the std about 1%

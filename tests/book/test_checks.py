@@ -242,7 +242,7 @@ def test_sanitizer_rewrites_only_numbers_after_the_approx_mark():
     from pathlib import Path
 
     cfg = configparser.ConfigParser()
-    cfg.read(Path(__file__).with_name("nbval_sanitize.cfg"), encoding="utf-8")
+    cfg.read(Path(__file__).parents[1] / "nbval_sanitize.cfg", encoding="utf-8")
     assert len(cfg.sections()) == 1
     rule = cfg[cfg.sections()[0]]
     sub = lambda s: re.sub(rule["regex"], rule["replace"], s)  # noqa: E731

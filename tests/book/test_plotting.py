@@ -135,7 +135,7 @@ def test_layers_import_one_way():
     import pathlib
 
     rank = {"validation": 0, "core": 1, "book": 2, "harness": 3, "experiments": 4}
-    root = pathlib.Path(__file__).resolve().parents[1] / "attn_utils"
+    root = pathlib.Path(__file__).resolve().parents[2] / "attn_utils"
 
     def layer(rel: str) -> str:
         top = rel.split("/")[0].split(".")[0]

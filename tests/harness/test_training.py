@@ -8,12 +8,21 @@ import numpy as np
 import pytest
 from autograd import grad
 
-from attn_utils.harness.tasks import TaskBatch, copy_task, keyword_task, previous_token_task, two_relation_task
+from attn_utils import causal_mask, scaled_dot_product_attention
+from attn_utils.harness.tasks import (
+    TaskBatch,
+    copy_task,
+    keyword_task,
+    previous_token_task,
+    recall_task,
+    two_relation_task,
+)
 from attn_utils.harness.training import (
     SCORES,
     ModelConfig,
     attention_weights,
     evaluate,
+    first_layer_qk,
     forward,
     init_params,
     loss,
@@ -292,3 +301,17 @@ def test_bad_forward_arguments():
         register_score("dot", lambda q, k, p: q)
     with pytest.raises(ValueError, match="weights"):
         register_score("tmp", lambda q, k, p: q, weights="relu")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_trained_attention_is_the_core_attention(causal):
+    # Training needs autograd, so the harness has its own attention layer; on random weights and
+    # inputs its weights must be the core's softmax(q kᵀ/√d_k) (masked), the function the book derives.
+    task = recall_task()
+    cfg = ModelConfig(d_model=16, n_heads=2, causal=causal)
+    params = init_params(cfg, task, (0, 1))
+    x = task.sample(np.random.default_rng(3), 5).x
+    q, k = first_layer_qk(params, cfg, task, x)  # (S, B, H, n, d_k)
+    mask = causal_mask(q.shape[-2]) if causal else None
+    _, want = scaled_dot_product_attention(q, k, k, mask=mask)
+    np.testing.assert_allclose(attention_weights(params, cfg, task, x)[0], want, rtol=1e-12, atol=1e-15)

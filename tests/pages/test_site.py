@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 PAGES = sorted(SITE.glob("chapters/*.html")) + [SITE / "intro.html", SITE / "notation.html"]
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)

@@ -364,3 +364,12 @@ def test_functions_of_probabilities_refuse_other_vectors(f, bad, what):
 def test_probability_check_allows_float32_rounding():
     p = softmax(np.random.default_rng(0).normal(size=(4, 4096)).astype(np.float32))
     assert np.isfinite(entropy(p)).all() and np.isfinite(jacobian_frobenius_sq(p)).all()
+
+
+def test_log_tail_mass_exact_small_case():
+    # x = (1, 0): 1 − p_max = 1/(1 + e), so the log is −log(1 + e); r/m alone would give −1
+    from attn_utils.softmax import log_tail_mass
+
+    np.testing.assert_allclose(log_tail_mass(np.array([1.0, 0.0])), -np.log1p(np.e), rtol=1e-14)
+    np.testing.assert_allclose(log_tail_mass(np.array([2.0, 2.0, 0.0])), -np.log1p(2 * np.e**2), rtol=1e-14)
+    assert log_tail_mass(np.array([3.0, 3.0])) == -np.inf
