@@ -31,7 +31,7 @@ one of those values (``ValueError``), and prints each beside the verdict::
 
 A random statistic gets its tolerance from its own sampling error: pass ``se=`` (the
 standard error computed in the same cell, e.g. from :func:`mc_moments`) and the check uses
-``z·se`` (``z = 5`` by default: a false failure about once in 10⁶ draws), so the check holds
+``z·se`` (``z = 5`` by default: a false failure about once in a million draws), so the check holds
 for any seed base (``attn_utils.book.seeding``), not only the committed draw. Exact comparisons of two
 independent computations need neither.
 """
