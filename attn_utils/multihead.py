@@ -97,6 +97,16 @@ class MHAParams(dict):
         super().__init__(w)
         self.h, self.h_kv, self.d_k, self.d_v = h, h_kv, d_k, d_v
 
+    def check_head_count(self, h) -> int:
+        """The head count, after checking that a given ``h`` (``None``: not given) is the one these
+        parameters were made for: another split would change ``d_k`` and the scale ``1/√d_k``."""
+        if h is not None and positive_int("h", h) != self.h:
+            raise ValueError(
+                f"h must be the head count the parameters were made for ({self.h}), received "
+                f"h={h}: splitting them into {h} heads would change d_k and the scale 1/√d_k"
+            )
+        return self.h
+
     def _immutable(self, *args, **kwargs):
         raise TypeError("MHAParams is immutable: build a new one, MHAParams({...}, h, h_kv)")
 
@@ -219,11 +229,7 @@ def multi_head_attention(
     x_q = as_float_array("x_q", x_q, min_ndim=2)
     x_kv = as_float_array("x_kv", x_kv, min_ndim=2)
     if isinstance(params, MHAParams):
-        if h is not None and positive_int("h", h) != params.h:
-            raise ValueError(
-                f"h must be the head count the parameters were made for ({params.h}), received "
-                f"h={h}: splitting them into {h} heads would change d_k and the scale 1/√d_k"
-            )
+        params.check_head_count(h)
         if h_kv is not None and positive_int("h_kv", h_kv) != params.h_kv:
             raise ValueError(
                 f"h_kv must be the key/value head count the parameters were made for ({params.h_kv}), "

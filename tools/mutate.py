@@ -107,7 +107,7 @@ MUTANTS = [
     ("multihead.py", "        params = MHAParams(params, h, h_kv)", "        params = MHAParams(params, h)"),
     (
         "multihead.py",
-        '        if h is not None and positive_int("h", h) != params.h:\n            raise ValueError(\n',
+        '        if h is not None and positive_int("h", h) != self.h:\n            raise ValueError(\n',
         "        if False:\n            raise ValueError(\n",
     ),
     (

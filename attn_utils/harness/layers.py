@@ -58,11 +58,9 @@ def self_attention_layer(x, params: dict | None = None, h: int | None = None, ma
     """
     x = as_float_array("x", x, min_ndim=2)
     if projections and isinstance(params, MHAParams):
-        if h is not None and positive_int("h", h) != params.h:
-            raise ValueError(f"h must be the head count the parameters were made for ({params.h}), received h={h}")
+        h = params.check_head_count(h)
         if params.h_kv != params.h:
             raise ValueError(f"this layer has one key/value head per query head; params has h_kv={params.h_kv}")
-        h = params.h
     elif h is None:
         raise TypeError("h is required unless params are MHAParams (init_mha_params records the head count)")
     h = positive_int("h", h)
