@@ -38,6 +38,7 @@ from .book.checks import (
     check_count,
     check_seeds,
     mc_moments,
+    measured,
 )
 from .book.glue import glue_number, glue_text
 from .book.measuring import (
@@ -99,6 +100,7 @@ __all__ = [
     "check_bound",
     "check_count",
     "check_seeds",
+    "measured",
     "SeedSummary",
     "mc_moments",
     "MonteCarloMoments",

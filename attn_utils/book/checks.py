@@ -29,6 +29,9 @@ one of those values (``ValueError``), and prints each beside the verdict::
 
     Var(q·k)/d_k = 1.003 (theory 1, tol 0.05; scaling by 1/d_k would give 0.125)  ✓
 
+A wrong answer's value measured on trained models is machine dependent like the
+measurement itself: wrap it in :func:`measured` and it is printed with ``≈`` too.
+
 A random statistic gets its tolerance from its own sampling error: pass ``se=`` (the
 standard error computed in the same cell, e.g. from :func:`mc_moments`) and the check uses
 ``z·se`` (``z = 5`` by default: a false failure about once in a million draws), so the check holds
@@ -82,6 +85,19 @@ def _measured(x, spec: str, approx: bool) -> str:
     return ("≈" if approx else "") + _fmt(x, spec)
 
 
+class Measured(float):
+    """A number measured on trained models (see :func:`measured`)."""
+
+
+def measured(value) -> Measured:
+    """Mark a ``rules_out`` value that comes from trained models: printed with ``≈``, like them.
+
+    ``rules_out={"trained as far as the scaled model": au.measured(acc.mean())}``. Training is
+    chaotic, so those digits differ between machines (module docstring, "Portable output").
+    """
+    return Measured(value)
+
+
 def _wrong_answers(rules_out) -> dict[str, float]:
     """``rules_out`` as {description: value}; refuses anything else with a clear error."""
     if rules_out is None:
@@ -95,7 +111,9 @@ def _wrong_answers(rules_out) -> dict[str, float]:
 
 
 def _rules_out_text(wrong: dict, fmt: str) -> str:
-    return "".join(f"; {what} would give {_fmt(value, fmt)}" for what, value in wrong.items())
+    return "".join(
+        f"; {what} would give {_measured(value, fmt, isinstance(value, Measured))}" for what, value in wrong.items()
+    )
 
 
 def _refuse_accepting(name: str, accepts, wrong: dict, fmt: str, what: str) -> None:

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 import autograd.numpy as anp
 import numpy as np
 from autograd import value_and_grad
+from autograd.extend import defvjp, primitive
 from autograd.tracer import getval
 
 from ..book.measuring import single_thread_blas
@@ -303,6 +304,29 @@ def init_params(config: ModelConfig, task: Task, seeds: Sequence[int]) -> Params
 
 
 # --------------------------------------------------------------------------- forward pass
+@primitive
+def _part(x, index):
+    """``x[index]`` for a basic index (slices, integers, ``None``), with a fast gradient.
+
+    autograd differentiates every index with ``np.add.at``, which fancy indices need (they may
+    repeat an entry) and which costs some 40× a plain assignment; a basic index never repeats,
+    so its gradient is the incoming one written into zeros.
+    """
+    return x[index]
+
+
+def _part_vjp(ans, x, index):
+    def vjp(g):
+        out = np.zeros(np.shape(x), dtype=np.asarray(x).dtype)  # as autograd does: the dtype of x
+        out[index] = g
+        return out
+
+    return vjp
+
+
+defvjp(_part, _part_vjp)
+
+
 def _embed(p: Params, cfg: ModelConfig, x: np.ndarray):
     """x (S, B, n) ints → (S, B, n, d)."""
     S, B, n = x.shape
@@ -312,7 +336,7 @@ def _embed(p: Params, cfg: ModelConfig, x: np.ndarray):
     onehot = (x.reshape(S, B * n, 1) == np.arange(V)).astype(cfg.dtype)
     h = anp.reshape(anp.matmul(onehot, p["E"]), (S, B, n, d))
     if cfg.positional == "learned":
-        h = h + p["P"][:, None, :, :]
+        h = h + _part(p["P"], np.s_[:, None, :, :])
     elif cfg.positional == "sinusoidal":
         h = h + sinusoidal_positions(n, d).astype(cfg.dtype)
     return h
@@ -337,22 +361,33 @@ def _weights(logits, rule: str, mask):
     return pos / (anp.sum(pos, axis=-1, keepdims=True) + 1e-9)
 
 
-def _attention_layer(p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray, log: dict | None):
+def _attention_layer(
+    p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray, log: dict | None, last_only: bool = False
+):
     """One multi-head attention block (the caller adds the residual).
 
-    h (S, B, n, d) → (output (S, B, n, d), weights (S, B, H, n, n)).
+    h (S, B, n, d) → (output (S, B, n_q, d), weights (S, B, H, n_q, n)): every query (n_q = n), or with
+    ``last_only`` the last position's only (n_q = 1), when nothing else of this layer reaches the loss.
     """
     S, B, n, d = h.shape
     pre = f"L{l}."
     w_q = p[pre + "W_q"]
-    q = _heads(h, w_q)
-    k = q if cfg.share_qk else _heads(h, p[pre + "W_k"])
+    rows = slice(-1, None) if last_only else slice(None)  # the positions whose output is used
+    if cfg.share_qk:
+        k = _heads(h, w_q)
+        q = _part(k, np.s_[..., rows, :]) if last_only else k
+    else:
+        q = _heads(_part(h, np.s_[:, :, rows, :]) if last_only else h, w_q)
+        k = _heads(h, p[pre + "W_k"])
     v = _heads(h, p[pre + "W_v"])
     dk = cfg.head_dim
     if cfg.qk_norm:
         # length sqrt(d_k): what an unscaled unit-variance q has, so init logits match plain attention
-        q = q * (dk**0.5 / anp.sqrt(anp.sum(q * q, axis=-1, keepdims=True) + 1e-12))
-        k = q if cfg.share_qk else k * (dk**0.5 / anp.sqrt(anp.sum(k * k, axis=-1, keepdims=True) + 1e-12))
+        k = k * (dk**0.5 / anp.sqrt(anp.sum(k * k, axis=-1, keepdims=True) + 1e-12))
+        if cfg.share_qk:
+            q = _part(k, np.s_[..., rows, :]) if last_only else k
+        else:
+            q = q * (dk**0.5 / anp.sqrt(anp.sum(q * q, axis=-1, keepdims=True) + 1e-12))
     spec = SCORES[cfg.score]
     score_params = {key[len(pre + "score.") :]: val for key, val in p.items() if key.startswith(pre + "score.")}
     logits = spec.fn(q, k, score_params)
@@ -362,7 +397,7 @@ def _attention_layer(p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray
         logits = logits * cfg.fixed_scale()
     if cfg.qk_norm:
         logits = logits * anp.reshape(anp.exp(p[pre + "log_gain"]), (S, 1, -1, 1, 1))
-    mask = np.tril(np.ones((n, n), bool)) if cfg.causal else None
+    mask = np.tril(np.ones((n, n), bool))[rows] if cfg.causal else None
     weights = _weights(logits, spec.weights, mask)
     if log is not None:
         lv = np.abs(getval(logits))
@@ -373,17 +408,17 @@ def _attention_layer(p: Params, l: int, h, cfg: ModelConfig, head_on: np.ndarray
         ent = -np.sum(wv * np.log(np.where(wv > 0, wv, 1.0)), axis=-1).mean(axis=(1, 2, 3))
         log["attn_entropy"] = log.get("attn_entropy", 0.0) + ent / cfg.n_layers
     heads = anp.matmul(weights, v) * np.asarray(head_on, cfg.dtype)[..., :, None, None]  # (S, B, H, n, dv)
-    H, dv = heads.shape[2], heads.shape[4]
-    merged = anp.reshape(anp.transpose(heads, (0, 1, 3, 2, 4)), (S, B * n, H * dv))
+    H, n_q, dv = heads.shape[2], heads.shape[3], heads.shape[4]
+    merged = anp.reshape(anp.transpose(heads, (0, 1, 3, 2, 4)), (S, B * n_q, H * dv))
     out = anp.matmul(merged, anp.reshape(p[pre + "W_o"], (S, H * dv, d)))
-    return anp.reshape(out, (S, B, n, d)), weights
+    return anp.reshape(out, (S, B, n_q, d)), weights
 
 
 def _readout(p: Params, z):
     """z (S, …, d) → logits (S, …, C)."""
     S, d = z.shape[0], z.shape[-1]
     lead = z.shape[1:-1]
-    flat = anp.matmul(anp.reshape(z, (S, -1, d)), p["W_out"]) + p["b_out"][:, None, :]
+    flat = anp.matmul(anp.reshape(z, (S, -1, d)), p["W_out"]) + _part(p["b_out"], np.s_[:, None, :])
     return anp.reshape(flat, (S,) + lead + (p["W_out"].shape[-1],))
 
 
@@ -401,28 +436,31 @@ def _forward_core(
     h = _embed(p, cfg, x)
     all_w = []
     if cfg.encoder == "attention":
+        # read out at the last position only: the last layer's other queries feed nothing (unless they are logged)
+        last_only = not per_position and cfg.readout == "last" and log is None and not keep_weights
         for l in range(cfg.n_layers):
-            out, w = _attention_layer(p, l, h, cfg, head_on[..., l, :], log)
-            h = h + out
+            final = last_only and l == cfg.n_layers - 1
+            out, w = _attention_layer(p, l, h, cfg, head_on[..., l, :], log, last_only=final)
+            h = (_part(h, np.s_[:, :, -1:, :]) if final else h) + out
             if keep_weights:
                 all_w.append(getval(w))
         if per_position:
             return _readout(p, h), all_w
-        z = h[:, :, -1, :] if cfg.readout == "last" else anp.mean(h, axis=2)
+        z = _part(h, np.s_[:, :, -1, :]) if cfg.readout == "last" else anp.mean(h, axis=2)
         return _readout(p, z), all_w
     B, n, d = h.shape[1], h.shape[2], h.shape[3]
-    pre = (
-        anp.reshape(anp.matmul(anp.reshape(h, (S, B * n, d)), p["W_enc"]), (S, B, n, d)) + p["b_enc"][:, None, None, :]
+    pre = anp.reshape(anp.matmul(anp.reshape(h, (S, B * n, d)), p["W_enc"]), (S, B, n, d)) + _part(
+        p["b_enc"], np.s_[:, None, None, :]
     )
     if cfg.encoder == "mean_pool":
         z = anp.mean(anp.tanh(pre), axis=2)
     else:
         z = anp.zeros((S, B, d), dtype=cfg.dtype)
         for t in range(n):  # the recurrence is sequential by nature: a loop over time, not over data
-            z = anp.tanh(pre[:, :, t, :] + anp.matmul(z, p["W_rec"]))
+            z = anp.tanh(_part(pre, np.s_[:, :, t, :]) + anp.matmul(z, p["W_rec"]))
     if not per_position:
         return _readout(p, z), all_w
-    dec = anp.tanh(anp.matmul(z, p["W_dec"])[:, :, None, :] + p["P_dec"][:, None, :, :])
+    dec = anp.tanh(_part(anp.matmul(z, p["W_dec"]), np.s_[:, :, None, :]) + _part(p["P_dec"], np.s_[:, None, :, :]))
     return _readout(p, dec), all_w
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from attn_utils import MonteCarloMoments, SeedSummary, mc_moments  # re-exported at the top level
-from attn_utils.book.checks import check, check_allclose, check_bound, check_count, check_seeds
+from attn_utils.book.checks import check, check_allclose, check_bound, check_count, check_seeds, measured
 
 # ---------------------------------------------------------------- check
 
@@ -323,6 +323,15 @@ def test_rules_out_in_check_seeds_and_count_lines(capsys):
     check_count("solved", np.ones(8, bool), at_least=7, rules_out={"a coin": 4})
     out = capsys.readouterr().out
     assert "chance would give 0.25)" in out and "a coin would give 4)" in out
+
+
+def test_a_measured_wrong_answer_is_printed_as_a_trained_measurement(capsys):
+    # its digits vary by machine, so they carry the "≈" that the nbval sanitizer masks; constants do not
+    check_seeds("acc", np.linspace(0.9, 0.95, 8), lower=0.5, rules_out={"the baseline": measured(0.3), "chance": 0.25})
+    out = capsys.readouterr().out
+    assert "the baseline would give ≈0.30;" in out and "chance would give 0.25)" in out
+    with pytest.raises(ValueError, match="also accepts"):  # still a number to the check
+        check_seeds("acc", np.linspace(0.9, 0.95, 8), lower=0.5, rules_out={"the baseline": measured(0.9)})
 
 
 def test_closeness_log_records_how_near_each_check_came_to_failing(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@
 import math
 
 import autograd
+import autograd.numpy as anp
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
 from attn_utils import entropy, jacobian_frobenius_sq, log_softmax, softmax, softmax_core, softmax_jacobian
-from attn_utils.softmax import softmax_inplace
+from attn_utils.softmax import _reduce, log_softmax_core, softmax_inplace
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -211,6 +212,41 @@ def test_jacobian_matches_autograd_and_finite_differences(seed):
     i, j = 2, 5
     assert J[i, j] == pytest.approx(-p[i] * p[j], rel=1e-14)
     assert J[i, i] == pytest.approx(p[i] * (1 - p[i]), rel=1e-14)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_gradients_of_the_core_with_a_mask_match_finite_differences(axis):
+    """The hand-written vector-Jacobian products of softmax_core and log_softmax_core, batched, masked and
+    along a leading axis, against central differences of a weighted sum (rules out a VJP that forgets the
+    ⟨g, p⟩ term, or reduces along the wrong axis)."""
+    rng = np.random.default_rng(7)
+    x = rng.normal(scale=2, size=(5, 6, 5))
+    keep = rng.random(x.shape) < 0.8
+    keep[:, 0, :] = keep[0, :, :] = keep[..., 0] = True  # every row along either axis keeps an entry
+    w = rng.normal(size=x.shape)
+
+    def masked_softmax(z):
+        return anp.sum(w * softmax_core(z, axis=axis, mask=keep))
+
+    def log_softmax_sum(z):
+        return anp.sum(w * log_softmax_core(z, axis=axis))
+
+    for f in (masked_softmax, log_softmax_sum):
+        g = autograd.grad(f)(x)
+        fd = np.array([(f(x + h) - f(x - h)) / 2e-6 for h in 1e-6 * np.eye(x.size).reshape((x.size,) + x.shape)])
+        np.testing.assert_allclose(g.ravel(), fd, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("width", [1, 5, 16, 17, 40])
+def test_the_short_row_reduction_equals_numpy(width):
+    rng = np.random.default_rng(width)
+    x = rng.normal(size=(3, width, 4)).astype(np.float32)
+    for axis in (-1, 1, 0):
+        for ufunc in (np.add, np.maximum):
+            got = _reduce(ufunc, x, axis)
+            want = ufunc.reduce(x, axis=axis, keepdims=True)
+            assert got.shape == want.shape and got.dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 def test_jacobian_structure():

@@ -20,6 +20,7 @@ from attn_utils.harness.tasks import (
 from attn_utils.harness.training import (
     SCORES,
     ModelConfig,
+    _forward_core,
     attention_weights,
     evaluate,
     first_layer_qk,
@@ -94,6 +95,21 @@ def test_gradient_matches_central_differences(name, per_position):
         fd = (plus - minus) / (2 * eps)
         ad = sum(np.sum(g[k] * u[k]) for k in params)
         assert abs(fd - ad) <= 1e-6 * max(1.0, abs(ad)), f"{name}: autograd {ad:.10g} vs central difference {fd:.10g}"
+
+
+@pytest.mark.parametrize("name", [n for n in VARIANTS if n not in ("mean_readout", "mean_pool", "last_state")])
+def test_reading_out_the_last_query_only_changes_nothing(name):
+    """With readout="last" the last layer computes only the last query (an optimisation); its logits must
+    equal the last position of the full layer, which the forward computes when it keeps the weights."""
+    cfg = _cfg(name)
+    task = keyword_task(n=5, n_filler=4, n_keywords=2)
+    params = init_params(cfg, task, [0, 1])
+    x = np.broadcast_to(task.sample(0, 6).x, (2, 6, 5))
+    head_on = cfg.head_mask_array()
+    short = _forward_core(params, cfg, False, x, head_on)[0]
+    full, weights = _forward_core(params, cfg, False, x, head_on, keep_weights=True)
+    assert weights[-1].shape[-2] == 5  # the full layer: every query
+    np.testing.assert_allclose(short, full, rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------------------------ every variant learns
