@@ -259,7 +259,7 @@ def train_scale_rules(
     from autograd import value_and_grad
     from autograd.tracer import getval
 
-    from ..book.measuring import single_thread_blas
+    from ..book.measuring import keep_freed_memory, single_thread_blas
     from ..harness.tasks import TaskBatch
     from ..harness.training import (  # local import: training imports nothing from here
         SCALE_RULES,
@@ -329,13 +329,7 @@ def train_scale_rules(
     frozen = ~learns[:, None]
     xs_all = np.concatenate([xs[:, :n] for n in counts], axis=1)  # (steps, R, B, …)
     ys_all = np.concatenate([ys[:, :n] for n in counts], axis=1)
-    # Memory, not results: each step allocates and frees some 10-30 MB of temporaries. glibc hands
-    # freed heap memory back to the OS once more than twice its (adaptive) mmap threshold is free,
-    # and raises that threshold only when a larger block is freed; left low by earlier work in the
-    # process, it makes every step fault its temporaries in again (measured in chapter 4: 2-3 s of
-    # system time, ~10^6 page faults). Freeing one untouched 30 MB block first raises it. No value
-    # computed here depends on this.
-    np.empty(30 * 2**20, dtype=np.uint8)  # allocated and freed at once
+    keep_freed_memory()
     with single_thread_blas():
         for t in range(1, steps + 1):
             _, grads = vg(params, xs_all[t - 1], ys_all[t - 1])

@@ -29,7 +29,7 @@ import numpy as np
 from autograd import value_and_grad
 from autograd.tracer import getval
 
-from ..book.measuring import single_thread_blas
+from ..book.measuring import keep_freed_memory, single_thread_blas
 from ..harness.tasks import Task
 from ..harness.training import (
     SCORES,
@@ -124,6 +124,7 @@ def _optimise(
     epss = {k: np.reshape(v, shape[k]).astype(p[k].dtype) for k, v in epss.items()}
     step = sgd(p, lrs) if optimizer == "sgd" else adam(p, lrs, eps=epss)
     history = np.empty((steps, S))
+    keep_freed_memory()
     with single_thread_blas():
         for t in range(steps):
             if record is not None:

@@ -364,6 +364,7 @@ def train_linear_code(
     ``lrs`` : learning rates, all trained in one vectorised loop. The held-out accuracy is also
     recorded at ``n_checkpoints`` evenly spaced steps.
     """
+    from ..book.measuring import keep_freed_memory
     from ..harness.training import adam, seed_tuple
 
     m, vocab, d = positive_int("m", m), _vocab(vocab), positive_int("d", d)
@@ -383,6 +384,7 @@ def train_linear_code(
     checkpoints = np.linspace(steps / n_checkpoints, steps, n_checkpoints).round().astype(int)
     check_at = set(checkpoints.tolist())
     losses, curve = np.empty((steps, L * S)), []
+    keep_freed_memory()
     for t in range(1, steps + 1):
         losses[t - 1], grads = linear_code_loss_and_grad(params, np.tile(xs[t - 1], (L, 1, 1)), vocab)
         params = step(params, grads, t)

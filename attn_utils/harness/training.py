@@ -64,7 +64,7 @@ from autograd import value_and_grad
 from autograd.extend import defvjp, primitive
 from autograd.tracer import getval
 
-from ..book.measuring import single_thread_blas
+from ..book.measuring import keep_freed_memory, single_thread_blas
 from ..softmax import log_softmax_core, softmax_core
 from ..validation import positive_int, positive_scalar
 from .tasks import IGNORE, Task, TaskBatch
@@ -805,6 +805,7 @@ def train(
     vg = value_and_grad(objective)
     losses = np.empty((steps, S))
     stats: dict[str, np.ndarray] = {}
+    keep_freed_memory()
     t0 = time.perf_counter()
     with single_thread_blas():
         for t in range(steps):
