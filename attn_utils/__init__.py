@@ -54,6 +54,7 @@ from .book.plotting import PALETTE, attention_heatmap, figure, use_book_style
 from .book.seeding import rng, seed, seed_base, seeds
 from .multihead import (
     MHAParams,
+    attention_heads,
     grouped_attention,
     init_mha_params,
     merge_heads,
@@ -93,6 +94,7 @@ __all__ = [
     "init_mha_params",
     "mha_param_count",
     "multi_head_attention",
+    "attention_heads",
     "grouped_attention",
     # book: checks, glue, plotting, measuring
     "check",

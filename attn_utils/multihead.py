@@ -208,8 +208,72 @@ def grouped_attention(q, k, v, mask=None, scale: float | None = None, *, matmul=
     return out.reshape(*lead, h, n_q, v.shape[-1]), weights.reshape(*lead, h, n_q, n_k)
 
 
+def attention_heads(
+    x_q,
+    x_kv,
+    params: dict,
+    h: int | None = None,
+    mask=None,
+    scale: float | None = None,
+    *,
+    h_kv: int | None = None,
+    share_qk: bool = False,
+    rotate=None,
+):
+    """The heads of :func:`multi_head_attention` before ``W_o``: ``head_i = Attn(x_q W_q^i, x_kv W_k^j, x_kv W_v^j)``.
+
+    Arguments as in :func:`multi_head_attention`. Returns ``(heads (..., h, n_q, d_v), weights
+    (..., h, n_q, n_k))``; ``merge_heads(heads) @ W_o`` is the layer's output, and head ``i``'s share
+    of it is ``heads[..., i, :, :] @ W_o[i·d_v:(i+1)·d_v]`` (chapter 9).
+    """
+    self_attention = x_kv is x_q
+    x_q = as_float_array("x_q", x_q, min_ndim=2)
+    x_kv = x_q if self_attention else as_float_array("x_kv", x_kv, min_ndim=2)
+    if share_qk and not isinstance(params, MHAParams) and "W_k" not in params:
+        params = {**params, "W_k": params["W_q"]} if "W_q" in params else params  # W_k = W_q, validated below
+    if isinstance(params, MHAParams):
+        params.check_head_count(h)
+        if h_kv is not None and positive_int("h_kv", h_kv) != params.h_kv:
+            raise ValueError(
+                f"h_kv must be the key/value head count the parameters were made for ({params.h_kv}), "
+                f"received h_kv={h_kv}"
+            )
+    elif h is None:
+        raise TypeError("h is required when params is a plain dict (init_mha_params records it)")
+    else:
+        params = MHAParams(params, h, h_kv)  # a plain dict goes through the same validation
+    h, h_kv = params.h, params.h_kv
+    if share_qk and h_kv != h:
+        raise ValueError(f"share_qk needs one key head per query head; the parameters have h={h}, h_kv={h_kv}")
+    d_model = params["W_q"].shape[0]
+    check_axis_size("x_q", x_q, -1, d_model, "d_model, rows of W_q")
+    check_axis_size("x_kv", x_kv, -1, d_model, "d_model, rows of W_q")
+    q = split_heads(counted_matmul(x_q, params["W_q"]), h)  # every product counted by an active count_macs()
+    if share_qk and self_attention:
+        k = q  # one projection instead of two: the n·d_model·h·d_k multiply-adds of W_k are saved
+    else:
+        k = split_heads(counted_matmul(x_kv, params["W_q" if share_qk else "W_k"]), h_kv)
+    v = split_heads(counted_matmul(x_kv, params["W_v"]), h_kv)
+    if rotate is not None:  # a position transform of every head's queries and keys (RoPE, chapter 14)
+        shared = k is q
+        q = rotate(q)
+        k = q if shared else rotate(k)
+    if h_kv == h:
+        return scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)
+    return grouped_attention(q, k, v, mask=mask, scale=scale)
+
+
 def multi_head_attention(
-    x_q, x_kv, params: dict, h: int | None = None, mask=None, scale: float | None = None, *, h_kv: int | None = None
+    x_q,
+    x_kv,
+    params: dict,
+    h: int | None = None,
+    mask=None,
+    scale: float | None = None,
+    *,
+    h_kv: int | None = None,
+    share_qk: bool = False,
+    rotate=None,
 ):
     """Multi-head attention ``concat_i(head_i) W_o`` with ``head_i = Attn(x_q W_q^i, x_kv W_k^j, x_kv W_v^j)``.
 
@@ -223,31 +287,14 @@ def multi_head_attention(
     scale : defaults to 1/sqrt(d_k) with the per-head d_k.
     h_kv : number of key/value heads (keyword only); optional for :class:`MHAParams` (then it must
     equal ``params.h_kv``), defaults to ``h`` for a plain dict. ``W_k`` must have ``h_kv·d_k`` columns.
+    share_qk : keys from the queries' projection, ``W_k = W_q`` (chapter 8; ``W_k`` is then not used
+    and a plain dict may omit it).
+    rotate : ``rotate(a)`` applied to every head's queries and keys, ``a`` of shape (..., heads, n, d_k),
+    before the scores (a position transform such as RoPE, chapter 14).
 
-    Returns ``(output (..., n_q, d_model), weights (..., h, n_q, n_k))``.
+    Returns ``(output (..., n_q, d_model), weights (..., h, n_q, n_k))``. Every product runs through
+    :func:`~attn_utils.counting.counted_matmul`: ``with count_macs()`` around the call counts them.
     """
-    x_q = as_float_array("x_q", x_q, min_ndim=2)
-    x_kv = as_float_array("x_kv", x_kv, min_ndim=2)
-    if isinstance(params, MHAParams):
-        params.check_head_count(h)
-        if h_kv is not None and positive_int("h_kv", h_kv) != params.h_kv:
-            raise ValueError(
-                f"h_kv must be the key/value head count the parameters were made for ({params.h_kv}), "
-                f"received h_kv={h_kv}"
-            )
-    elif h is None:
-        raise TypeError("h is required when params is a plain dict (init_mha_params records it)")
-    else:
-        params = MHAParams(params, h, h_kv)  # a plain dict goes through the same validation
-    h, h_kv = params.h, params.h_kv
-    d_model = params["W_q"].shape[0]
-    check_axis_size("x_q", x_q, -1, d_model, "d_model, rows of W_q")
-    check_axis_size("x_kv", x_kv, -1, d_model, "d_model, rows of W_q")
-    q = split_heads(counted_matmul(x_q, params["W_q"]), h)  # every product counted by an active count_macs()
-    k = split_heads(counted_matmul(x_kv, params["W_k"]), h_kv)
-    v = split_heads(counted_matmul(x_kv, params["W_v"]), h_kv)
-    if h_kv == h:
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)
-    else:
-        heads, weights = grouped_attention(q, k, v, mask=mask, scale=scale)
-    return counted_matmul(merge_heads(heads), params["W_o"]), weights
+    heads, weights = attention_heads(x_q, x_kv, params, h, mask, scale, h_kv=h_kv, share_qk=share_qk, rotate=rotate)
+    w_o = params["W_o"]
+    return counted_matmul(merge_heads(heads), w_o), weights

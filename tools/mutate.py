@@ -24,19 +24,22 @@ PKG = ROOT / "attn_utils"
 
 # (file, exact text, replacement): each text occurs exactly once in its file
 MUTANTS = [
+    ("softmax.py", "    e /= _reduce(np.add, e, axis)", "    e /= _reduce(np.maximum, e, axis)"),
+    ("softmax.py", "lambda g: p * (g - _reduce(np.add, g * p, axis))", "lambda g: p * g"),
     (
         "softmax.py",
-        "        return e / anp.sum(e, axis=axis, keepdims=True)",
-        "        return e / anp.max(e, axis=axis, keepdims=True)",
+        "lambda g: g - np.exp(lp) * _reduce(np.add, g, axis)",
+        "lambda g: g + np.exp(lp) * _reduce(np.add, g, axis)",
     ),
+    ("softmax.py", "    acc = np.array(columns[0])", "    acc = np.zeros_like(columns[0])"),
     ("softmax.py", "    x -= big\n", "    x -= 0.0\n"),
     ("softmax.py", "    total[total == 0] = 1.0", "    total[total == 0] = 0.0"),
     ("softmax.py", "    np.reciprocal(total, out=total)", "    np.sqrt(total, out=total)"),
     ("softmax.py", "np.copyto(x, -np.inf, where=~mask)", "np.copyto(x, -np.inf, where=mask)"),
     (
         "softmax.py",
-        "        return shifted - anp.log(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))",
-        "        return shifted - anp.log1p(anp.sum(anp.exp(shifted), axis=axis, keepdims=True))",
+        "    return shifted - np.log(_reduce(np.add, np.exp(shifted), axis))",
+        "    return shifted - np.log1p(_reduce(np.add, np.exp(shifted), axis))",
     ),
     ("softmax.py", "    return -np.sum(p * logp, axis=axis)", "    return np.sum(p * logp, axis=axis)"),
     (
@@ -72,7 +75,16 @@ MUTANTS = [
         "        return matmul(q * np.asarray(scale, dtype=q.dtype), np.swapaxes(k, -1, -2))",
         "        return matmul(q, np.swapaxes(k, -1, -2))",
     ),
-    ("attention.py", "    if scores.size and not np.isfinite(scores.min()):", "    if False:"),
+    (
+        "attention.py",
+        "    if scores.size and not _cannot_overflow(q, k, scale) and not np.isfinite(scores.min()):",
+        "    if False:",
+    ),
+    (
+        "attention.py",
+        "    return bound <= float(np.finfo(np.result_type(q, k)).max) / 4  # a factor 4 for rounding: far from the edge",
+        "    return True",
+    ),
     ("attention.py", "    return matmul(weights, v), weights", "    return matmul(weights, v) / 2, weights"),
     ("attention.py", '        check_axis_size("v", v, -2, k.shape[-2], "n_k, must match k")', "        pass"),
     (

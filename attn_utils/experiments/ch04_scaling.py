@@ -255,11 +255,7 @@ def train_scale_rules(
         are the same models as in a member trained on all of them).
     Returns a :class:`ScaleRuleRuns`.
     """
-    import autograd.numpy as anp
-    from autograd import value_and_grad
-    from autograd.tracer import getval
-
-    from ..book.measuring import keep_freed_memory, single_thread_blas
+    from ..book.measuring import single_thread_blas
     from ..harness.tasks import TaskBatch
     from ..harness.training import (  # local import: training imports nothing from here
         SCALE_RULES,
@@ -267,7 +263,8 @@ def train_scale_rules(
         adam,
         evaluate,
         init_params,
-        per_seed_loss,
+        loss_and_grad,
+        optimise,
         seed_batches,
         seed_tuple,
         step_batches,
@@ -315,27 +312,18 @@ def train_scale_rules(
     lr = np.repeat([lr for _, lr in members], counts).astype(dtype)  # (R,)
 
     xs, ys = step_batches(task, seeds, steps, batch_size)  # (steps, S, B, …)
-    log: dict = {}
-
-    def objective(p, x, y):
-        per_seed = per_seed_loss(p, config, task, x, y)
-        log["loss"] = getval(per_seed)
-        return anp.sum(per_seed)  # seeds and members do not interact: one gradient call
-
-    vg = value_and_grad(objective)
     # the harness's Adam, with one learning rate per member (broadcast over each parameter)
     step = adam(params, {k: lr.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()})
-    losses = np.empty((steps, rows.size))
     frozen = ~learns[:, None]
+
+    def freeze(t, grads):
+        grads["L0.log_scale"][frozen] = 0.0  # fixed rules: frozen (Adam's step is then exactly 0)
+
     xs_all = np.concatenate([xs[:, :n] for n in counts], axis=1)  # (steps, R, B, …)
     ys_all = np.concatenate([ys[:, :n] for n in counts], axis=1)
-    keep_freed_memory()
+    # seeds and members do not interact: one gradient call for all of them
+    losses, params = optimise(loss_and_grad(config, task), params, xs_all, ys_all, step, grad_hook=freeze)
     with single_thread_blas():
-        for t in range(1, steps + 1):
-            _, grads = vg(params, xs_all[t - 1], ys_all[t - 1])
-            losses[t - 1] = log["loss"]
-            grads["L0.log_scale"][frozen] = 0.0  # fixed rules: frozen (Adam's step is then exactly 0)
-            params = step(params, grads, t)
         held_out = seed_batches(task, seeds, 2, eval_size)
         tiled = TaskBatch(
             np.concatenate([held_out.x[:n] for n in counts]),

@@ -10,8 +10,8 @@ Two ways to drop the explicit ``1/√d_k``:
   parametrisations differ by, and :func:`train_variants` trains several such
   variants of one model side by side (stacked on the seed axis), paired seed by seed
   (a learning-rate sweep is such a set of variants). A ``record`` hook sees the
-  parameters at every step: :func:`attention_logit_stats` measures the attention
-  logits there, and the gain of QK-norm can be read directly.
+  parameters at every step: :func:`attn_utils.harness.attention_stats` measures the
+  attention logits there as training logs them, and the gain of QK-norm can be read directly.
 * **Normalise q and k** and learn a gain: logits ``g·cos(q, k)`` are
   bounded by ``g`` (:func:`cosine_logits`), so a softmax over ``n`` keys can
   put at most :func:`cosine_max_weight` on one key; :func:`gain_for_max_weight`
@@ -26,18 +26,15 @@ from dataclasses import replace
 
 import autograd.numpy as anp
 import numpy as np
-from autograd import value_and_grad
-from autograd.tracer import getval
 
-from ..book.measuring import keep_freed_memory, single_thread_blas
 from ..harness.tasks import Task
 from ..harness.training import (
     SCORES,
     ModelConfig,
     adam,
-    first_layer_qk,
     init_params,
-    per_seed_loss,
+    loss_and_grad,
+    optimise,
     register_score,
     seed_tuple,
     sgd,
@@ -109,32 +106,13 @@ def _optimise(
     that step's batch ``x`` (S, batch, n), and with ``t = steps``, ``x = None`` after the last one.
 
     Returns (loss (steps, S) per seed before each update, final params)."""
-    steps, S = xs.shape[0], xs.shape[1]
-    per_seed = {}
-
-    def objective(q, x, y):
-        values = per_seed_loss(q, config, task, x, y)
-        per_seed["loss"] = getval(values)  # the per-seed values, without a second forward pass
-        return anp.sum(values)
-
-    vg = value_and_grad(objective)
+    S = xs.shape[1]
     shape = {k: (S,) + (1,) * (v.ndim - 1) for k, v in p.items()}
     # in the parameters' own dtype, so that a float32 model trains in float32 (as in the harness)
     lrs = {k: np.reshape(v, shape[k]).astype(p[k].dtype) for k, v in lrs.items()}
     epss = {k: np.reshape(v, shape[k]).astype(p[k].dtype) for k, v in epss.items()}
     step = sgd(p, lrs) if optimizer == "sgd" else adam(p, lrs, eps=epss)
-    history = np.empty((steps, S))
-    keep_freed_memory()
-    with single_thread_blas():
-        for t in range(steps):
-            if record is not None:
-                record(t, p, xs[t])
-            _, g = vg(p, xs[t], ys[t])
-            history[t] = per_seed["loss"]
-            p = step(p, g, t + 1)
-        if record is not None:
-            record(steps, p, None)
-    return history, p
+    return optimise(loss_and_grad(config, task), p, xs, ys, step, record=record)
 
 
 def _check_optimizer(optimizer: str) -> None:
@@ -183,38 +161,6 @@ def train_per_parameter(
         raise TypeError(f"record must be a function record(t, params, x), received {type(record).__name__}")
     xs, ys = step_batches(task, seeds, steps, batch_size)
     return _optimise(config, task, p, xs, ys, lrs, epss, optimizer, record)
-
-
-def attention_logit_stats(params: Params, config: ModelConfig, task: Task, x) -> tuple[np.ndarray, np.ndarray]:
-    """Largest |attention logit| and mean attention entropy (nats) per seed, of a one-layer model.
-
-    Measured as :func:`attn_utils.train` logs them in ``TrainResult.stats`` (``max_logit``,
-    ``attn_entropy``), for the dot-product score with a fixed scale rule, with or without QK-norm:
-    logits ``c · q·k`` from :func:`attn_utils.harness.first_layer_qk`, with ``q, k`` rescaled to
-    length ``√d_k`` and the logits multiplied by the gain ``exp(log_gain)`` under QK-norm.
-
-    params : each (S, …); x : (batch, n) or (S, batch, n). Returns two arrays of shape (S,).
-    """
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config must be a ModelConfig, received {type(config).__name__}")
-    if config.n_layers != 1 or config.score != "dot" or config.scale not in FIXED_SCALES or config.causal:
-        raise ValueError(
-            "attention_logit_stats needs one layer, the dot score, a fixed scale rule and no causal mask; "
-            f"received n_layers={config.n_layers}, score={config.score!r}, scale={config.scale!r}, "
-            f"causal={config.causal}"
-        )
-    q, k = first_layer_qk(params, config, task, x)  # (S, B, H, n, d_k), raw
-    d_k = config.head_dim
-    if config.qk_norm:
-        q = q * (d_k**0.5 / np.sqrt(np.sum(q * q, axis=-1, keepdims=True) + 1e-12))
-        k = k * (d_k**0.5 / np.sqrt(np.sum(k * k, axis=-1, keepdims=True) + 1e-12))
-    logits = (q @ np.swapaxes(k, -1, -2)) * config.fixed_scale()
-    if config.qk_norm:
-        logits = logits * np.exp(params["L0.log_gain"])[:, None, :, None, None]
-    z = logits - logits.max(axis=-1, keepdims=True)
-    w = np.exp(z) / np.exp(z).sum(axis=-1, keepdims=True)
-    entropy = -np.sum(w * np.log(np.where(w > 0, w, 1.0)), axis=-1).mean(axis=(1, 2, 3))
-    return np.abs(logits).max(axis=(1, 2, 3, 4)), entropy
 
 
 VARIANT_KEYS = ("lr", "lr_mult", "eps_mult", "init")
@@ -357,7 +303,6 @@ __all__ = [
     "fold_query_scale",
     "train_per_parameter",
     "train_variants",
-    "attention_logit_stats",
     "cosine_logits",
     "cosine_max_weight",
     "gain_for_max_weight",

@@ -364,8 +364,7 @@ def train_linear_code(
     ``lrs`` : learning rates, all trained in one vectorised loop. The held-out accuracy is also
     recorded at ``n_checkpoints`` evenly spaced steps.
     """
-    from ..book.measuring import keep_freed_memory
-    from ..harness.training import adam, seed_tuple
+    from ..harness.training import adam, optimise, seed_tuple
 
     m, vocab, d = positive_int("m", m), _vocab(vocab), positive_int("d", d)
     steps, batch_size = positive_int("steps", steps), positive_int("batch_size", batch_size)
@@ -382,14 +381,16 @@ def train_linear_code(
     params = {k: np.tile(v, (L, 1, 1)) for k, v in linear_code_init(seeds, m, vocab, d).items()}
     step = adam(params, lr=np.repeat(np.array(lrs), S)[:, None, None])  # slot = (rate, seed), rate-major
     checkpoints = np.linspace(steps / n_checkpoints, steps, n_checkpoints).round().astype(int)
-    check_at = set(checkpoints.tolist())
-    losses, curve = np.empty((steps, L * S)), []
-    keep_freed_memory()
-    for t in range(1, steps + 1):
-        losses[t - 1], grads = linear_code_loss_and_grad(params, np.tile(xs[t - 1], (L, 1, 1)), vocab)
-        params = step(params, grads, t)
+    check_at, curve = set(checkpoints.tolist()), []
+
+    def checkpoint(t, params, x):  # before update t, after t updates
         if t in check_at:
             curve.append((linear_code_logits(params, held, vocab).argmax(axis=-1) == held).mean(axis=(1, 2)))
+
+    def objective(params, x, y):  # every rate sees the seeds' batch
+        return linear_code_loss_and_grad(params, np.tile(x, (L, 1, 1)), vocab)
+
+    losses, params = optimise(objective, params, xs, xs, step, record=checkpoint)  # copying: the target is x
     ev_loss, _ = linear_code_loss_and_grad(params, held, vocab)
     return CodeRun(
         m,

@@ -32,10 +32,10 @@ import math
 import autograd.numpy as anp
 import numpy as np
 
-from ..attention import causal_mask, scaled_dot_product_attention
+from ..attention import causal_mask
 from ..book.measuring import counted_matmul
 from ..harness.tasks import Task, TaskBatch
-from ..multihead import merge_heads, split_heads
+from ..multihead import multi_head_attention
 from ..validation import as_float_array, check_axis_size, int_at_least, positive_int
 
 SELF_PENALTY: float = 1e5
@@ -204,20 +204,7 @@ def qk_attention_layer(x, params: dict, h: int = 1, *, share_qk: bool = False, m
     sharing saves exactly the ``n·d·h·d_k`` multiply-adds of the key projection.
     Returns ``(output (..., n, d), weights (..., h, n, n))``.
     """
-    x = as_float_array("x", x, min_ndim=2)
-    h = positive_int("h", h)
-    need = {"W_q", "W_v", "W_o"} | (set() if share_qk else {"W_k"})
-    missing = need - set(params)
-    if missing:
-        raise ValueError(f"params is missing {sorted(missing)}")
-    check_axis_size("x", x, -1, params["W_q"].shape[0], "d, rows of W_q")
-    q = counted_matmul(x, params["W_q"])
-    k = q if share_qk else counted_matmul(x, params["W_k"])
-    v = counted_matmul(x, params["W_v"])
-    heads, weights = scaled_dot_product_attention(
-        split_heads(q, h), split_heads(k, h), split_heads(v, h), mask, matmul=counted_matmul
-    )  # Q Kᵀ and A V counted as they run
-    return counted_matmul(merge_heads(heads), params["W_o"]), weights
+    return multi_head_attention(x, x, params, h, mask, share_qk=share_qk)  # the core layer, K = Q when shared
 
 
 def factorization_rank(w_q, w_k=None) -> int:

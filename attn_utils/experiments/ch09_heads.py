@@ -1,7 +1,7 @@
-"""Instruments for the multi-head chapter (chapter 9): cost, reachable patterns, head contributions, pruning.
+"""Instruments for the multi-head chapter (chapter 9): reachable patterns, head contributions, pruning.
 
-* :func:`mha_macs` — multiply-adds of one multi-head self-attention layer, by part, for any
-  ``(h, d_k, d_v)`` (the Transformer's ``d_k = d_v = d_model/h`` is the default).
+The cost of a layer by part, for any ``(h, d_k, d_v)``, is the harness's
+:func:`attn_utils.harness.attention_macs` (``by_part=True``).
 * Reachable attention patterns of one head. Softmax rows do not change when a constant is added
   to a row, so a positive row-stochastic ``P`` is ``softmax(S)`` exactly when
   ``S = log P + c 1ᵀ`` for some per-row constants ``c``. :func:`log_ratio_matrix` removes that
@@ -23,41 +23,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..attention import scaled_dot_product_attention
 from ..harness.tasks import IGNORE, Task, TaskBatch
 from ..harness.training import ModelConfig, adam, evaluate, forward
-from ..multihead import split_heads
+from ..multihead import attention_heads
 from ..softmax import softmax
-from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
-
-# ---------------------------------------------------------------- cost
-
-
-def mha_macs(n: int, d_model: int, h: int, d_k: int | None = None, d_v: int | None = None) -> dict[str, int]:
-    """Multiply-adds of multi-head self-attention on ``n`` tokens, split by part.
-
-    Returns a dict with
-    ``projections`` = ``n·d_model·h·(2·d_k + 2·d_v)`` (``W_Q, W_K, W_V`` and ``W_O``),
-    ``scores`` = ``h·n²·d_k`` (``Q_i K_iᵀ`` for every head), ``weighted_sum`` = ``h·n²·d_v``
-    (``A_i V_i``), ``total`` (their sum) and ``softmax_entries`` = ``h·n²`` (exponentials, not
-    multiply-adds: the one part that grows with ``h`` at fixed ``d_model``).
-    ``d_k`` and ``d_v`` default to ``d_model // h``; then ``projections = 4·n·d_model²`` and
-    ``scores = weighted_sum = n²·d_model`` whatever ``h`` is.
-    """
-    n, d_model, h = positive_int("n", n), positive_int("d_model", d_model), positive_int("h", h)
-    if (d_k is None or d_v is None) and d_model % h:
-        raise ValueError(f"d_model={d_model} must be divisible by h={h} when d_k/d_v are not given")
-    d_k = d_model // h if d_k is None else positive_int("d_k", d_k)
-    d_v = d_model // h if d_v is None else positive_int("d_v", d_v)
-    parts = {
-        "projections": n * d_model * h * (2 * d_k + 2 * d_v),
-        "scores": h * n * n * d_k,
-        "weighted_sum": h * n * n * d_v,
-    }
-    parts["total"] = sum(parts.values())
-    parts["softmax_entries"] = h * n * n
-    return parts
-
+from ..validation import as_float_array, positive_int, positive_scalar
 
 # ---------------------------------------------------------------- reachable patterns
 
@@ -187,24 +157,8 @@ def head_contributions(x_q, x_kv, params: dict, h: int, mask=None, scale: float 
     ``i·d_v … (i+1)·d_v − 1`` of ``W_o``. Returns (..., h, n_q, d_model);
     ``out.sum(axis=-3)`` equals :func:`~attn_utils.multihead.multi_head_attention`'s output.
     """
-    x_q = as_float_array("x_q", x_q, min_ndim=2)
-    x_kv = as_float_array("x_kv", x_kv, min_ndim=2)
-    missing = {"W_q", "W_k", "W_v", "W_o"} - set(params)
-    if missing:
-        raise ValueError(f"params is missing {sorted(missing)}")
-    h = positive_int("h", h)
-    d_model = params["W_q"].shape[0]
-    check_axis_size("x_q", x_q, -1, d_model, "d_model, rows of W_q")
-    check_axis_size("x_kv", x_kv, -1, d_model, "d_model, rows of W_q")
-    if params["W_o"].shape[0] % h:
-        raise ValueError(
-            f"W_o rows ({params['W_o'].shape[0]}) must be divisible by h={h}; received shape {params['W_o'].shape}"
-        )
-    q = split_heads(x_q @ params["W_q"], h)
-    k = split_heads(x_kv @ params["W_k"], h)
-    v = split_heads(x_kv @ params["W_v"], h)
-    heads, _ = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)  # (..., h, n_q, d_v)
-    w_o = params["W_o"].reshape(h, -1, params["W_o"].shape[1])  # (h, d_v, d_model)
+    heads, _ = attention_heads(x_q, x_kv, params, h, mask, scale)  # (..., h, n_q, d_v), validated
+    w_o = params["W_o"].reshape(h, -1, params["W_o"].shape[1])  # (h, d_v, d_model): W_O^i
     return heads @ w_o
 
 
@@ -371,7 +325,6 @@ def hard_pattern_factors(targets, n_k: int, weight: float) -> tuple[np.ndarray, 
 
 
 __all__ = [
-    "mha_macs",
     "log_ratio_matrix",
     "min_head_dim",
     "logit_factors",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention import default_scale
-from ..multihead import merge_heads, split_heads
+from ..multihead import multi_head_attention
 from ..softmax import softmax
 from ..validation import as_float_array, positive_int
 
@@ -160,13 +160,7 @@ def rope_multi_head_attention(x, params, positions=None, mask=None, base: float 
     x : (..., n, d_model); params : :class:`attn_utils.MHAParams`. Returns (output, weights) like
     :func:`attn_utils.multi_head_attention`.
     """
-    x = as_float_array("x", x, min_ndim=2)
-    h = params.h
-    q = rope(split_heads(x @ params["W_q"], h), positions, base)
-    k = rope(split_heads(x @ params["W_k"], h), positions, base)
-    v = split_heads(x @ params["W_v"], h)
-    weights = softmax(q @ np.swapaxes(k, -1, -2) * default_scale(q.shape[-1]), mask=mask)
-    return merge_heads(weights @ v) @ params["W_o"], weights
+    return multi_head_attention(x, x, params, mask=mask, rotate=lambda a: rope(a, positions, base))
 
 
 # ------------------------------------------------------------------ relative positions (Shaw et al.)

@@ -13,18 +13,44 @@ import numpy as np
 
 from ..attention import scaled_dot_product_attention
 from ..book.measuring import counted_matmul
-from ..multihead import MHAParams, merge_heads, split_heads
+from ..multihead import merge_heads, multi_head_attention, split_heads
 from ..validation import as_float_array, check_axis_size, positive_int, positive_scalar
 
 
-def attention_macs(n: int, d: int, *, projections: bool = True) -> int:
-    """Multiply-adds of one self-attention layer on ``n`` tokens of width ``d`` (any number of heads).
+def attention_macs(
+    n: int,
+    d: int,
+    *,
+    h: int = 1,
+    d_k: int | None = None,
+    d_v: int | None = None,
+    projections: bool = True,
+    by_part: bool = False,
+):
+    """Multiply-adds of one multi-head self-attention layer on ``n`` tokens of width ``d`` (the book's one formula).
 
-    Core ``Q Kᵀ`` and ``A V``: ``2·n²·d``. Projections ``W_q, W_k, W_v, W_o``: ``4·n·d²``.
-    (One multiply-add is two floating-point operations.)
+    Per head ``i``: the scores ``Q_i K_iᵀ`` cost ``n²·d_k``, the weighted sum ``A_i V_i`` ``n²·d_v``;
+    the projections ``W_Q, W_K, W_V, W_O`` cost ``n·d·h·(2·d_k + 2·d_v)``. ``d_k`` and ``d_v`` default
+    to ``d / h``, and then the layer costs ``2·n²·d + 4·n·d²`` whatever ``h`` is. ``projections=False``
+    counts the core (scores and weighted sum) only. One multiply-add is two floating-point operations.
+
+    Returns the total, or with ``by_part`` a dict: ``projections``, ``scores``, ``weighted_sum``,
+    ``total`` and ``softmax_entries`` (``h·n²`` exponentials, not multiply-adds: the one part that
+    grows with ``h`` at fixed ``d``).
     """
-    n, d = positive_int("n", n), positive_int("d", d)
-    return 2 * n * n * d + (4 * n * d * d if projections else 0)
+    n, d, h = positive_int("n", n), positive_int("d", d), positive_int("h", h)
+    if (d_k is None or d_v is None) and d % h:
+        raise ValueError(f"d={d} must be divisible by h={h} when d_k/d_v are not given")
+    d_k = d // h if d_k is None else positive_int("d_k", d_k)
+    d_v = d // h if d_v is None else positive_int("d_v", d_v)
+    parts = {
+        "projections": n * d * h * (2 * d_k + 2 * d_v) if projections else 0,
+        "scores": h * n * n * d_k,
+        "weighted_sum": h * n * n * d_v,
+    }
+    parts["total"] = sum(parts.values())
+    parts["softmax_entries"] = h * n * n
+    return parts if by_part else parts["total"]
 
 
 def rnn_macs(n: int, d: int, *, d_in: int | None = None) -> int:
@@ -48,7 +74,9 @@ def self_attention_layer(x, params: dict | None = None, h: int | None = None, ma
     :func:`~attn_utils.multihead.init_mha_params`; mask : bool (n, n), ``True`` = may attend.
     h : the head count; taken from the parameters when they are :class:`~attn_utils.multihead.MHAParams`
     (a different ``h`` is refused: it would change ``d_k`` and the scale), required otherwise.
-    ``projections=False`` runs the core only (``Q = K = V = x``, no ``W_o``; ``params`` ignored).
+    With projections this is :func:`~attn_utils.multihead.multi_head_attention` on ``(x, x)`` (grouped
+    key/value heads included). ``projections=False`` runs the core only (``Q = K = V = x``, no ``W_o``;
+    ``params`` ignored).
 
     Returns ``(output (..., n, d_out), weights (..., h, n, n))``. The core is
     :func:`~attn_utils.attention.scaled_dot_product_attention`, whose two products ``Q Kᵀ`` and
@@ -56,27 +84,19 @@ def self_attention_layer(x, params: dict | None = None, h: int | None = None, ma
     executed: ``2·n²·d`` multiply-adds whether or not a mask zeroes some weights, because the dense
     products are computed either way.
     """
-    x = as_float_array("x", x, min_ndim=2)
-    if projections and isinstance(params, MHAParams):
-        h = params.check_head_count(h)
-        if params.h_kv != params.h:
-            raise ValueError(f"this layer has one key/value head per query head; params has h_kv={params.h_kv}")
-    elif h is None:
-        raise TypeError("h is required unless params are MHAParams (init_mha_params records the head count)")
-    h = positive_int("h", h)
     if projections:
         if params is None:
             raise ValueError("params is required when projections=True")
-        missing = {"W_q", "W_k", "W_v", "W_o"} - set(params)
-        if missing:
-            raise ValueError(f"params is missing {sorted(missing)}")
-        check_axis_size("x", x, -1, params["W_q"].shape[0], "d, rows of W_q")
-        q, k, v = (counted_matmul(x, params[name]) for name in ("W_q", "W_k", "W_v"))
-    else:
-        q = k = v = x
-    heads, weights = scaled_dot_product_attention(split_heads(q, h), split_heads(k, h), split_heads(v, h), mask)
-    out = merge_heads(heads)
-    return (counted_matmul(out, params["W_o"]) if projections else out), weights
+        x = as_float_array("x", x, min_ndim=2)
+        if "W_q" in params:  # named here as x, not as the core's x_q
+            check_axis_size("x", x, -1, params["W_q"].shape[0], "d, rows of W_q")
+        return multi_head_attention(x, x, params, h, mask)  # the core layer: validated, counted
+    x = as_float_array("x", x, min_ndim=2)
+    if h is None:
+        raise TypeError("h is required with projections=False (the heads split x itself)")
+    h = positive_int("h", h)
+    heads, weights = scaled_dot_product_attention(split_heads(x, h), split_heads(x, h), split_heads(x, h), mask)
+    return merge_heads(heads), weights
 
 
 def _orthogonal(rng: np.random.Generator, d: int) -> np.ndarray:

@@ -533,16 +533,17 @@ def _prepare_y(task: Task, x: np.ndarray, y) -> np.ndarray:
         ) from None
 
 
-def first_layer_qk(params: Params, config: ModelConfig, task: Task, x):
-    """Raw queries and keys of layer 0, exactly as the forward pass forms them: ``(E[x] + P) W_q``.
-
-    x : (batch, n) shared by all seeds, or (S, batch, n). Returns ``q, k``, each
-    (S, batch, n_heads, n, d_k); ``k`` is ``q`` when ``config.share_qk``. No scale, no QK-norm.
+def attention_stats(params: Params, config: ModelConfig, task: Task, x, head_mask=None) -> dict[str, np.ndarray]:
+    """The attention statistics :func:`train` logs, measured on the batch ``x``: ``max_logit`` (largest
+    |attention logit| over layers, heads, batch and positions) and ``attn_entropy`` (mean entropy of
+    the attention rows, nats), each (S,). The same forward pass as training, so the same numbers.
     """
-    x, _ = _prepare(params, config, task, x, None)  # validates config, task, params and x
-    h0 = _embed(params, config, x)  # (S, B, n, d)
-    q = _heads(h0, params["L0.W_q"])
-    return q, (q if config.share_qk else _heads(h0, params["L0.W_k"]))
+    if isinstance(config, ModelConfig) and config.encoder != "attention":
+        raise ValueError(f"config.encoder is {config.encoder!r}: a one-vector baseline has no attention logits")
+    x, hm = _prepare(params, config, task, x, head_mask)
+    log: dict = {}
+    _forward_core(params, config, task.per_position, x, hm, log)
+    return log
 
 
 def attention_weights(params: Params, config: ModelConfig, task: Task, x, head_mask=None) -> list[np.ndarray]:
@@ -736,6 +737,67 @@ def step_batches(task: Task, seeds: tuple[int, ...], steps: int, batch_size: int
     return xs, ys
 
 
+def loss_and_grad(config: ModelConfig, task: Task, *, log: dict | None = None):
+    """The training objective as ``f(params, x, y) -> (per-seed losses (S,), gradients)``.
+
+    The gradient is that of the *sum* over seeds (seeds do not interact, so each seed's parameters
+    get their own loss's gradient); the per-seed values come from the same forward pass. With a
+    ``log`` dict, each call also leaves the attention statistics of :attr:`TrainResult.stats` in it
+    (``max_logit``, ``attn_entropy``; (S,) each).
+    """
+    _check_config_task(config, task)
+    head_on = config.head_mask_array()
+    per_seed: dict = {}
+
+    def objective(p, x, y):
+        logits = _forward_core(p, config, task.per_position, x, head_on, log)[0]
+        values = _per_seed_ce(logits, y)
+        per_seed["loss"] = getval(values)
+        return anp.sum(values)
+
+    vg = value_and_grad(objective)
+
+    def f(params: Params, x, y):
+        if log is not None:
+            log.clear()
+        _, grads = vg(params, x, y)
+        return per_seed["loss"], grads
+
+    return f
+
+
+def optimise(objective, params, xs, ys, step, *, record=None, grad_hook=None) -> tuple[np.ndarray, dict]:
+    """The book's one training loop: ``len(xs)`` updates ``params ← step(params, grads, t)``.
+
+    objective : ``f(params, x, y) -> (per-seed losses, gradients)`` (:func:`loss_and_grad`, or a
+        hand-derived gradient); xs, ys : one batch per step (a leading step axis);
+    step : an optimiser's update, from :func:`adam` or :func:`sgd`;
+    record : ``record(t, params, x)``, called before update ``t`` (``t = 0 … steps − 1``) with that
+        step's batch, and once more with ``t = steps`` and ``x = None`` after the last update;
+    grad_hook : ``grad_hook(t, grads)``, called before update ``t``; it may change ``grads`` in
+        place (zero a frozen parameter's gradient, so that Adam's step for it is exactly 0).
+
+    Returns ``(losses (steps, S) before each update, final params)``. BLAS runs single-threaded.
+    """
+    steps = len(xs)
+    losses = None
+    keep_freed_memory()
+    with single_thread_blas():
+        for t in range(steps):
+            if record is not None:
+                record(t, params, xs[t])
+            loss, grads = objective(params, xs[t], ys[t])
+            if losses is None:
+                losses = np.empty((steps,) + np.shape(loss))
+            losses[t] = loss
+            if grad_hook is not None:
+                grad_hook(t, grads)
+            params = step(params, grads, t + 1)
+        if record is not None:
+            record(steps, params, None)
+    return losses, params
+
+
 def train(
     config: ModelConfig,
     task: Task,
@@ -793,31 +855,20 @@ def train(
         )  # (steps, S, B)
         rows = np.arange(S)[None, :, None]
         xs, ys = data.x[rows, pick], data.y[rows, pick]
-    head_on = config.head_mask_array()
-    log: dict = {}
-
-    def objective(p, x, y):
-        logits = _forward_core(p, config, task.per_position, x, head_on, log if log_stats else None)[0]
-        per_seed = _per_seed_ce(logits, y)
-        log["_loss"] = getval(per_seed)  # the per-seed values, without a second forward pass
-        return anp.sum(per_seed)
-
-    vg = value_and_grad(objective)
-    losses = np.empty((steps, S))
+    log: dict | None = {} if log_stats else None
     stats: dict[str, np.ndarray] = {}
-    keep_freed_memory()
+
+    def log_stats_of(t, grads):
+        gn = np.sqrt(sum(np.sum(g.reshape(S, -1) ** 2, axis=1) for g in grads.values()))
+        for key, val in list(log.items()) + [("grad_norm", gn)]:
+            stats.setdefault(key, np.empty((steps, S)))[t] = val
+
     t0 = time.perf_counter()
+    losses, params = optimise(
+        loss_and_grad(config, task, log=log), params, xs, ys, step_fn, grad_hook=log_stats_of if log_stats else None
+    )
+    seconds = time.perf_counter() - t0
     with single_thread_blas():
-        for t in range(steps):
-            log.clear()
-            _, grads = vg(params, xs[t], ys[t])
-            losses[t] = log.pop("_loss")
-            if log_stats:
-                gn = np.sqrt(sum(np.sum(g.reshape(S, -1) ** 2, axis=1) for g in grads.values()))
-                for key, val in list(log.items()) + [("grad_norm", gn)]:
-                    stats.setdefault(key, np.empty((steps, S)))[t] = val
-            params = step_fn(params, grads, t + 1)
-        seconds = time.perf_counter() - t0
         held_out = seed_batches(task, seeds, 2, eval_size)
         ev = evaluate(params, config, task, held_out)
     return TrainResult(config, task, seeds, losses, ev["accuracy"], ev["loss"], params, stats, seconds, held_out)
@@ -843,7 +894,10 @@ def query_key_vectors(params: dict, config, task, x) -> tuple[np.ndarray, np.nda
         raise ValueError(f"config.encoder must be 'attention', received {config.encoder!r}")
     if not isinstance(params, dict) or "L0.W_q" not in params:
         raise TypeError("params must be the dict of a TrainResult (with 'E' and 'L0.W_q')")
-    q, k = first_layer_qk(params, config, task, x)
+    x, _ = _prepare(params, config, task, x, None)  # validates config, task, params and x
+    h0 = _embed(params, config, x)  # (S, B, n, d): the input of layer 0, as in the forward pass
+    q = _heads(h0, params["L0.W_q"])
+    k = q if config.share_qk else _heads(h0, params["L0.W_k"])
     return np.asarray(q, dtype=np.float64), np.asarray(k, dtype=np.float64)
 
 
@@ -860,13 +914,15 @@ __all__ = [
     "init_params",
     "forward",
     "attention_weights",
+    "attention_stats",
     "evaluate",
     "loss",
     "per_seed_loss",
-    "first_layer_qk",
     "query_key_vectors",
     "adam",
     "sgd",
+    "loss_and_grad",
+    "optimise",
     "seed_tuple",
     "seed_batches",
     "step_batches",

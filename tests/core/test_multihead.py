@@ -10,6 +10,7 @@ from hypothesis.extra.numpy import arrays
 
 from attn_utils import (
     causal_mask,
+    count_macs,
     init_mha_params,
     merge_heads,
     mha_param_count,
@@ -17,7 +18,7 @@ from attn_utils import (
     scaled_dot_product_attention,
     split_heads,
 )
-from attn_utils.multihead import MHAParams, group_size, grouped_attention
+from attn_utils.multihead import MHAParams, attention_heads, group_size, grouped_attention
 
 PROPS = settings(max_examples=50, deadline=None, derandomize=True, database=None)
 
@@ -374,3 +375,42 @@ def test_init_variances_are_one_over_fan_in():
     p = init_mha_params(rng, 64, 4, d_v=32)  # W_o is (128, 64): fan-in 128, not 64
     for name, fan_in in (("W_q", 64), ("W_k", 64), ("W_v", 64), ("W_o", 128)):
         assert abs(p[name].std() * np.sqrt(fan_in) - 1) < 0.05, name  # SE of the std about 1%
+
+
+# ---------------------------------------------------------------- the hooks the chapters use
+
+
+def test_heads_before_w_o_merge_into_the_layer_output():
+    rng = np.random.default_rng(21)
+    x, p = rng.normal(size=(2, 5, 8)), init_mha_params(rng, 8, 4)
+    heads, w = attention_heads(x, x, p)
+    out, w_ref = multi_head_attention(x, x, p)
+    assert heads.shape == (2, 4, 5, 2)
+    np.testing.assert_allclose(merge_heads(heads) @ p["W_o"], out, rtol=1e-12)
+    np.testing.assert_array_equal(w, w_ref)
+
+
+def test_shared_projection_is_w_k_equal_to_w_q_and_saves_its_products():
+    rng = np.random.default_rng(22)
+    n, d, h = 6, 8, 2
+    x, p = rng.normal(size=(n, d)), init_mha_params(rng, d, h)
+    with count_macs() as shared:
+        out, _ = multi_head_attention(x, x, p, share_qk=True)
+    with count_macs() as separate:
+        ref, _ = multi_head_attention(x, x, {**p, "W_k": p["W_q"]}, h)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+    assert separate.macs - shared.macs == n * d * d  # the key projection, n·d_model·h·d_k
+    no_w_k = {k: v for k, v in p.items() if k != "W_k"}
+    np.testing.assert_allclose(multi_head_attention(x, x, no_w_k, h, share_qk=True)[0], out, rtol=1e-12)
+    with pytest.raises(ValueError, match="share_qk needs one key head per query head"):
+        multi_head_attention(x, x, init_mha_params(rng, d, 4, h_kv=2), share_qk=True)
+
+
+def test_rotate_transforms_queries_and_keys_before_the_scores():
+    rng = np.random.default_rng(23)
+    x, p = rng.normal(size=(5, 8)), init_mha_params(rng, 8, 2)
+    doubled = multi_head_attention(x, x, p, rotate=lambda a: 2 * a)[1]  # q·k four times larger
+    np.testing.assert_allclose(doubled, multi_head_attention(x, x, p, scale=4 / np.sqrt(4))[1], rtol=1e-12)
+    seen = []
+    multi_head_attention(x, x, p, rotate=lambda a: seen.append(a.shape) or a)
+    assert seen == [(2, 5, 4), (2, 5, 4)]  # every head's queries, then its keys

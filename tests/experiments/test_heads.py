@@ -6,7 +6,7 @@ from autograd import grad
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attn_utils import count_macs, init_mha_params, mha_param_count, multi_head_attention, softmax
+from attn_utils import init_mha_params, mha_param_count, multi_head_attention, softmax
 from attn_utils.experiments.ch09_heads import (
     fit_attention_pattern,
     greedy_head_pruning,
@@ -14,7 +14,6 @@ from attn_utils.experiments.ch09_heads import (
     head_contributions,
     log_ratio_matrix,
     logit_factors,
-    mha_macs,
     min_head_dim,
 )
 from attn_utils.harness.layers import self_attention_layer
@@ -22,35 +21,6 @@ from attn_utils.harness.tasks import two_relation_task
 from attn_utils.harness.training import ModelConfig, init_params, loss, train
 
 PROPS = settings(max_examples=40, deadline=None, derandomize=True, database=None)
-
-
-# ---------------------------------------------------------------- cost
-
-
-@pytest.mark.parametrize("h", [1, 2, 4, 8, 16])
-def test_mha_macs_independent_of_heads_when_dk_is_d_over_h(h):
-    n, d = 10, 64
-    parts = mha_macs(n, d, h)
-    assert parts["projections"] == 4 * n * d * d
-    assert parts["scores"] == parts["weighted_sum"] == n * n * d
-    assert parts["total"] == 4 * n * d * d + 2 * n * n * d
-    assert parts["softmax_entries"] == h * n * n
-
-
-@pytest.mark.parametrize("h", [1, 4, 8])
-def test_mha_macs_matches_counted_layer(h):
-    rng = np.random.default_rng(0)
-    n, d = 7, 32
-    params = init_mha_params(rng, d, h)
-    with count_macs() as c:
-        self_attention_layer(rng.standard_normal((n, d)), params, h=h)
-    assert c.macs == mha_macs(n, d, h)["total"]
-
-
-def test_mha_macs_fixed_dk_grows_linearly_and_matches_param_count():
-    a, b = mha_macs(5, 16, 2, d_k=8, d_v=8), mha_macs(5, 16, 8, d_k=8, d_v=8)
-    assert b["total"] == 4 * a["total"]
-    assert a["projections"] == 5 * mha_param_count(16, 2, d_k=8, d_v=8)
 
 
 @pytest.mark.parametrize("h", [1, 2, 8, 64])
@@ -78,15 +48,6 @@ def test_parameters_grow_with_h_at_fixed_dk_and_harness_layers_match():
         for h in (1, 2, 16)
     }
     assert sizes[1] == sizes[2] == sizes[16]
-
-
-def test_mha_macs_validation():
-    with pytest.raises(ValueError, match="divisible"):
-        mha_macs(4, 10, 3)
-    with pytest.raises(ValueError, match="n must be >= 1"):
-        mha_macs(0, 8, 2)
-    with pytest.raises(TypeError, match="d_k must be an integer"):
-        mha_macs(4, 8, 2, d_k=2.5)
 
 
 # ---------------------------------------------------------------- reachable patterns

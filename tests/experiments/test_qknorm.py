@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from attn_utils import softmax
 from attn_utils.experiments.ch05_qknorm import (
-    attention_logit_stats,
     cosine_logits,
     cosine_max_weight,
     cosine_score,
@@ -18,7 +17,7 @@ from attn_utils.experiments.ch05_qknorm import (
     train_variants,
 )
 from attn_utils.harness.tasks import recall_task
-from attn_utils.harness.training import SCORES, ModelConfig, forward, init_params, train
+from attn_utils.harness.training import SCORES, ModelConfig, attention_stats, forward, init_params, train
 
 TASK = recall_task(n_pairs=3, n_keys=4, n_values=4)
 SMALL = dict(d_model=8, n_heads=2)
@@ -204,9 +203,9 @@ def test_recorded_logit_stats_match_the_harness_log(cfg):
     def record(t, params, x):
         seen["t"].append(t)
         if x is not None:
-            m, e = attention_logit_stats(params, cfg, TASK, x)
-            seen["max_logit"].append(m)
-            seen["attn_entropy"].append(e)
+            stats = attention_stats(params, cfg, TASK, x)
+            seen["max_logit"].append(stats["max_logit"])
+            seen["attn_entropy"].append(stats["attn_entropy"])
 
     loss, _ = train_per_parameter(cfg, TASK, [0, 1], steps=5, lr=0.05, optimizer="adam", record=record)
     ref = train(cfg, TASK, [0, 1], steps=5, lr=0.05)
@@ -219,9 +218,9 @@ def test_recorded_logit_stats_match_the_harness_log(cfg):
 def test_record_and_stats_arguments():
     with pytest.raises(TypeError, match="record"):
         train_per_parameter(ModelConfig(**SMALL), TASK, [0], steps=2, record=3)
-    cfg = ModelConfig(**SMALL, scale="learned")
-    with pytest.raises(ValueError, match="fixed scale"):
-        attention_logit_stats(init_params(cfg, TASK, [0]), cfg, TASK, np.zeros((2, TASK.seq_len), int))
+    cfg = ModelConfig(**SMALL, encoder="mean_pool")
+    with pytest.raises(ValueError, match="no attention logits"):
+        attention_stats(init_params(cfg, TASK, [0]), cfg, TASK, np.zeros((2, TASK.seq_len), int))
 
 
 def test_a_zero_rate_freezes_a_parameter_and_float32_stays_float32():

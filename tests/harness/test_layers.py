@@ -15,6 +15,7 @@ from attn_utils import (
     init_mha_params,
     loglog_slope,
     merge_heads,
+    mha_param_count,
     min_seconds,
     multi_head_attention,
     numerical_jacobian,
@@ -473,8 +474,8 @@ def test_self_attention_layer_takes_the_head_count_from_its_parameters():
         self_attention_layer(x, p, 1)
     with pytest.raises(TypeError, match="h is required"):
         self_attention_layer(x, dict(p))  # a plain dict does not know its head count
-    with pytest.raises(ValueError, match="h_kv=2"):
-        self_attention_layer(x, init_mha_params(rng, 8, 4, h_kv=2))
+    gqa = init_mha_params(rng, 8, 4, h_kv=2)  # grouped key/value heads: the core layer's own
+    np.testing.assert_allclose(self_attention_layer(x, gqa)[0], multi_head_attention(x, x, gqa)[0], rtol=1e-12)
     with pytest.raises(ValueError, match=r"W must have shape \(k, d_in, d\)"):
         conv1d_layer(np.ones((3, 4)), {"W": np.ones((2, 4, 4, 1)), "b": np.zeros(4)})
     with pytest.raises(ValueError, match="dilation must be >= 1"):
@@ -521,3 +522,39 @@ def test_work_depth_crossover_closed_form(n_proc):
     ns = np.arange(1, 10**6)
     n_star = ns[(2 * ns**2 * d + 4 * ns * d**2) / n_proc > 2 * ns * d**2 / n_proc + tau * ns][0]
     assert n_star == (tau * n_proc - 2 * d * d) // (2 * d) + 1
+
+
+# ------------------------------------------------------------------ multi-head cost (chapter 9)
+@pytest.mark.parametrize("h", [1, 2, 4, 8, 16])
+def test_attention_macs_independent_of_heads_when_dk_is_d_over_h(h):
+    n, d = 10, 64
+    parts = attention_macs(n, d, h=h, by_part=True)
+    assert parts["projections"] == 4 * n * d * d
+    assert parts["scores"] == parts["weighted_sum"] == n * n * d
+    assert parts["total"] == 4 * n * d * d + 2 * n * n * d
+    assert parts["softmax_entries"] == h * n * n
+
+
+@pytest.mark.parametrize("h", [1, 4, 8])
+def test_attention_macs_matches_counted_layer(h):
+    rng = np.random.default_rng(0)
+    n, d = 7, 32
+    params = init_mha_params(rng, d, h)
+    with count_macs() as c:
+        self_attention_layer(rng.standard_normal((n, d)), params, h=h)
+    assert c.macs == attention_macs(n, d, h=h)
+
+
+def test_attention_macs_fixed_dk_grows_linearly_and_matches_param_count():
+    a, b = (attention_macs(5, 16, h=h, d_k=8, d_v=8, by_part=True) for h in (2, 8))
+    assert b["total"] == 4 * a["total"]
+    assert a["projections"] == 5 * mha_param_count(16, 2, d_k=8, d_v=8)
+
+
+def test_attention_macs_validation():
+    with pytest.raises(ValueError, match="divisible"):
+        attention_macs(4, 10, h=3)
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        attention_macs(0, 8, h=2)
+    with pytest.raises(TypeError, match="d_k must be an integer"):
+        attention_macs(4, 8, h=2, d_k=2.5)

@@ -21,13 +21,17 @@ from attn_utils.harness.training import (
     SCORES,
     ModelConfig,
     _forward_core,
+    adam,
     attention_weights,
     evaluate,
-    first_layer_qk,
     forward,
     init_params,
     loss,
+    loss_and_grad,
+    optimise,
+    query_key_vectors,
     register_score,
+    step_batches,
     train,
 )
 
@@ -327,7 +331,27 @@ def test_the_trained_attention_is_the_core_attention(causal):
     cfg = ModelConfig(d_model=16, n_heads=2, causal=causal)
     params = init_params(cfg, task, (0, 1))
     x = task.sample(np.random.default_rng(3), 5).x
-    q, k = first_layer_qk(params, cfg, task, x)  # (S, B, H, n, d_k)
+    q, k = query_key_vectors(params, cfg, task, x)  # (S, B, H, n, d_k)
     mask = causal_mask(q.shape[-2]) if causal else None
     _, want = scaled_dot_product_attention(q, k, k, mask=mask)
     np.testing.assert_allclose(attention_weights(params, cfg, task, x)[0], want, rtol=1e-12, atol=1e-15)
+
+
+def test_the_one_training_loop_calls_its_hooks_and_reproduces_train():
+    cfg, task = ModelConfig(d_model=8, scale="learned"), recall_task()
+    ref = train(cfg, task, [0, 1], steps=4, lr=0.05, log_stats=False)
+    params = init_params(cfg, task, [0, 1])
+    xs, ys = step_batches(task, [0, 1], 4, 32)
+    seen = []
+
+    def freeze(t, grads):
+        grads["L0.log_scale"][:] = 0.0  # a frozen parameter: Adam's step for it is exactly 0
+
+    losses, out = optimise(
+        loss_and_grad(cfg, task), params, xs, ys, adam(params, 0.05), record=lambda t, p, x: seen.append((t, x is None))
+    )
+    np.testing.assert_allclose(losses, ref.loss, rtol=1e-12)
+    assert seen == [(0, False), (1, False), (2, False), (3, False), (4, True)]
+    _, frozen = optimise(loss_and_grad(cfg, task), params, xs, ys, adam(params, 0.05), grad_hook=freeze)
+    np.testing.assert_array_equal(frozen["L0.log_scale"], params["L0.log_scale"])
+    assert not np.array_equal(frozen["L0.W_q"], params["L0.W_q"])
