@@ -101,7 +101,7 @@ def _cannot_overflow(q: np.ndarray, k: np.ndarray, scale: float | None) -> bool:
         return True
     scale = float(default_scale(q.shape[-1]) if scale is None else scale)  # Python floats: inf, not a warning
     bound = scale * q.shape[-1] * float(np.abs(q).max()) * float(np.abs(k).max())
-    return bound <= float(np.finfo(np.result_type(q, k)).max) / 4  # a factor 4 for rounding: far from the edge
+    return bound <= float(np.finfo(np.result_type(q, k)).max) / 4  # 4: room for rounding
 
 
 def _scores(q: np.ndarray, k: np.ndarray, scale: float | None, matmul=counted_matmul) -> np.ndarray:

@@ -82,7 +82,7 @@ MUTANTS = [
     ),
     (
         "attention.py",
-        "    return bound <= float(np.finfo(np.result_type(q, k)).max) / 4  # a factor 4 for rounding: far from the edge",
+        "    return bound <= float(np.finfo(np.result_type(q, k)).max) / 4  # 4: room for rounding",
         "    return True",
     ),
     ("attention.py", "    return matmul(weights, v), weights", "    return matmul(weights, v) / 2, weights"),
