@@ -4,7 +4,7 @@ Usage (from the repository root, after `make test` has created .venv):
     .venv/bin/python benchmarks/run.py            # everything (~8 minutes)
     .venv/bin/python benchmarks/run.py --only attention memory
 
-Budgets (issues 7, 10): test suite <= 180 s on 2 cores; each notebook <= 12 s in a fresh kernel
+Budgets: test suite <= 180 s on 2 cores; each notebook <= 12 s in a fresh kernel
 with the reader's default environment (no BLAS thread variables); warm site rebuild
 <= 20 s; attention forward <= 1.5x the two-matmul bound; blocked attention peak memory at
 n = 4096 <= 10% of naive; every one-line mutant of the core killed by tests/core (tools/mutate.py,

@@ -184,7 +184,7 @@ def english_words(text: str) -> int:
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_short_answer_fits_30_seconds_in_both_languages(path):
-    """Issue 14: the short answer is at most 80 English words, then a 中文要点 of the same content."""
+    """The short answer is at most 80 English words, then a 中文要点 of the same content."""
     match = SHORT_ANSWER.search(markdown(load(path)))
     assert match, "missing the Short answer admonition"
     body = match.group(1)
@@ -200,7 +200,7 @@ def test_short_answer_fits_30_seconds_in_both_languages(path):
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_cheatsheet_row_fits_one_line(path):
-    """Issue 14: the cheat sheet's row for a chapter is a few words of question and a one-line answer
+    """The cheat sheet's row for a chapter is a few words of question and a one-line answer
     (notebook metadata "cheatsheet"), so that the whole table is read at a glance."""
     sheet = load(path).get("metadata", {}).get("cheatsheet", {})
     assert set(sheet) >= {"ask", "answer", "formula", "remember"}, f"cheatsheet metadata has only {sorted(sheet)}"
@@ -216,7 +216,7 @@ SHOWN_CODE = re.compile(r"```\{literalinclude\} \.\./attn_utils/experiments/(ch\
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_chapter_shows_the_experiment_code_it_uses(path):
-    """Issue 11: a chapter that calls its experiment module shows the functions behind its evidence
+    """A chapter that calls its experiment module shows the functions behind its evidence
     (a collapsed literalinclude with :pyobject:), and every shown object exists."""
     import importlib
 
@@ -245,7 +245,7 @@ CONTEXT_WORDS = re.compile(
 
 
 def test_wrong_answers_are_self_contained():
-    """Issue 14: each catalogue entry states the claim and its correction on its own; none points at
+    """Each catalogue entry states the claim and its correction on its own; none points at
     checks, runs or figures "above" that are not on the catalogue page."""
     entries = [line for line in (ROOT / "wrong_answers.md").read_text(encoding="utf-8").split("\n- ")[1:]]
     bad = [e.split("**")[1] if "**" in e else e[:60] for e in entries if CONTEXT_WORDS.search(e)]
@@ -279,7 +279,7 @@ def test_glue_keys_are_produced_once(path):
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_no_bare_display_outputs(path):
     """A cell ending in an expression (e.g. a glue call) prints its value on the page: a stray
-    "'16.01'" under a check. Issue 12: end such cells with an assignment (``_ = ...``)."""
+    "'16.01'" under a check. End such cells with an assignment (``_ = ...``)."""
     bare = [
         i
         for i, cell in enumerate(load(path)["cells"])
@@ -288,7 +288,7 @@ def test_no_bare_display_outputs(path):
     assert not bare, f"cells with a bare display output: {bare}"
 
 
-# Issue 14: letters the notation page reserves for one meaning, and the chapters where that meaning is
+# Letters the notation page reserves for one meaning, and the chapters where that meaning is
 # used. A chapter that needs such a letter for something else renames it (the notation page says so).
 MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$", re.S)
 RESERVED = {
@@ -311,7 +311,7 @@ def math_of(nb: dict) -> str:
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_reserved_symbols_keep_their_meaning(path):
-    """Issue 14: one meaning per symbol. The letters the notation page reserves appear in a
+    """One meaning per symbol. The letters the notation page reserves appear in a
     chapter's mathematics only where they carry that meaning."""
     maths = math_of(load(path))
     for meaning, (pattern, allowed) in RESERVED.items():

@@ -178,7 +178,7 @@ LAPTOP, PHONE = 1366, 390
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed")
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_nothing_is_cut_off_on_a_phone_or_a_laptop(page, tmp_path):
-    """Issue 14: no display equation or check line is cut off. On a laptop every equation fits its
+    """No display equation or check line is cut off. On a laptop every equation fits its
     column; on a phone a long equation may scroll sideways inside its own box, but nothing sticks
     out of the column or hides behind the theme's overflow:hidden, and check lines wrap."""
     laptop = overflow_report(page, LAPTOP, tmp_path / "laptop")
@@ -191,7 +191,7 @@ def test_nothing_is_cut_off_on_a_phone_or_a_laptop(page, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed")
 def test_cheatsheet_table_fits_one_laptop_screen(tmp_path):
-    """Issue 14: the cheat sheet's table, all fifteen questions, is read without scrolling in a
+    """The cheat sheet's table, all fifteen questions, is read without scrolling in a
     1366 x 768 Chromium window (the page shows it in a viewport about 625 px high)."""
     report = overflow_report(SITE / "cheatsheet.html", LAPTOP, tmp_path, height=768)
     assert report["table_bottom"] is not None, "no cheat-sheet table on the page"
@@ -201,7 +201,7 @@ def test_cheatsheet_table_fits_one_laptop_screen(tmp_path):
 
 
 def test_search_finds_chinese_words_and_english_stems():
-    """Issue 14: the Chinese lines are segmented into words (jieba, html_search_language: zh), so a
+    """The Chinese lines are segmented into words (jieba, html_search_language: zh), so a
     reader searching 梯度 or 注意力 finds the chapters; English words are still stemmed."""
     import json
 
