@@ -3,7 +3,7 @@
 #   make test   run unit/property tests and re-execute every chapter notebook with nbval
 #   make test-portable   the chapters again under another BLAS kernel, 2 BLAS threads and no AVX-512
 #   make test-reseed SEED=n   every chapter under seed base n (ATTN_SEED): every check must still hold
-# Also: make pdf (needs the TeX packages in the README), make check-wheel, make lab, make execute NB=..., make clean.
+# Also: make pdf (needs the TeX packages in the README), make serve, make lab, make check-wheel, make execute NB=..., make clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +11,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test test-portable test-reseed check-wheel lint check-site lab execute execute-all summaries constraints clean
+.PHONY: html pdf test test-portable test-reseed check-wheel lint check-site lab serve execute execute-all summaries constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -65,10 +65,19 @@ check-wheel: $(STAMP)
 check-site: $(STAMP)
 	$(BIN)/python -m pytest -p no:xdist -q tests/pages/test_site.py
 
-# Jupyter refuses to start as root unless told; root is normal in a container.
+# JupyterLab with MyST rendering (requirements-lab.txt). Jupyter refuses to start as root unless told;
+# root is normal in a container.
 lab: $(STAMP)
-	$(BIN)/python -m pip install --quiet jupyterlab
+	$(BIN)/python -m pip install --quiet -r requirements-lab.txt -c constraints.txt
 	$(BIN)/jupyter lab chapters/ $$([ "$$(id -u)" = 0 ] && echo --allow-root)
+
+# The built site over http on this machine only: search works in full there (over file:// the
+# browser blocks the search index's snippets). PORT=8000 by default.
+PORT ?= 8000
+serve:
+	@test -f _build/html/index.html || (echo "Build the site first: make html"; exit 1)
+	@echo "Serving http://127.0.0.1:$(PORT)/ (Ctrl-C stops)"
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
 # Re-execute notebooks in place after editing them: make execute NB=chapters/01_dot_product_variance.ipynb
 execute: $(STAMP)
