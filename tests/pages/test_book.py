@@ -57,6 +57,16 @@ def test_toc_lists_every_chapter_and_only_existing_pages():
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_a_downloaded_notebook_says_how_to_run_it(path):
+    """Right under the title, a note for Jupyter only (removed from the site and the PDF): what the notebook
+    needs and the command that installs it with MyST rendering."""
+    cell = load(path)["cells"][1]
+    text = "".join(cell["source"])
+    assert cell["cell_type"] == "markdown" and "remove-cell" in cell["metadata"].get("tags", [])
+    assert "Running this notebook" in text and "`make lab`" in text and "attn_utils" in text
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_executed_top_to_bottom_without_errors(path):
     nb = load(path)
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
