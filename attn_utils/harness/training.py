@@ -333,7 +333,8 @@ def _embed(p: Params, cfg: ModelConfig, x: np.ndarray):
     V, d = p["E"].shape[1], p["E"].shape[2]
     # a one-hot matmul: its gradient is another matmul, much faster under autograd than
     # the scatter-add (np.add.at) that the gradient of fancy indexing needs
-    onehot = (x.reshape(S, B * n, 1) == np.arange(V)).astype(cfg.dtype)
+    onehot = np.zeros((S, B * n, V), dtype=cfg.dtype)
+    onehot[np.arange(S)[:, None], np.arange(B * n), x.reshape(S, B * n)] = 1.0
     h = anp.reshape(anp.matmul(onehot, p["E"]), (S, B, n, d))
     if cfg.positional == "learned":
         h = h + _part(p["P"], np.s_[:, None, :, :])
@@ -626,8 +627,11 @@ def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8)
     def step(params: Params, grads: Params, t: int) -> Params:
         out = {}
         for k in params:
-            m[k] = beta1 * m[k] + (1 - beta1) * grads[k]
-            s[k] = beta2 * s[k] + (1 - beta2) * grads[k] ** 2
+            # the moments in place (the same products and sums, so the same numbers, with fewer temporaries)
+            m[k] *= beta1
+            m[k] += (1 - beta1) * grads[k]
+            s[k] *= beta2
+            s[k] += (1 - beta2) * grads[k] ** 2
             m_hat, s_hat = m[k] / (1 - beta1**t), s[k] / (1 - beta2**t)
             out[k] = params[k] - lr[k] * m_hat / (np.sqrt(s_hat) + eps[k])
         return out
