@@ -67,6 +67,17 @@ def test_a_downloaded_notebook_says_how_to_run_it(path):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_set_up_and_plotting_code_stay_out_of_the_readers_way(path):
+    """No set-up code (or its toggle) under the short answer; figures come before the code that draws them."""
+    code = [c for c in load(path)["cells"] if c["cell_type"] == "code"]
+    assert "remove-input" in code[0]["metadata"].get("tags", []), "the first code cell is set-up: tag it remove-input"
+    for cell in code:
+        if any("image/png" in out.get("data", {}) for out in cell.get("outputs", [])):
+            tags = cell["metadata"].get("tags", [])
+            assert "hide-input" in tags or "remove-input" in tags, f"a figure cell shows its code first: {cell['source'][:1]}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
 def test_executed_top_to_bottom_without_errors(path):
     nb = load(path)
     assert nb["metadata"]["kernelspec"]["name"] == "python3"
