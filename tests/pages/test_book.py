@@ -74,7 +74,8 @@ def test_set_up_and_plotting_code_stay_out_of_the_readers_way(path):
     for cell in code:
         if any("image/png" in out.get("data", {}) for out in cell.get("outputs", [])):
             tags = cell["metadata"].get("tags", [])
-            assert "hide-input" in tags or "remove-input" in tags, f"a figure cell shows its code first: {cell.get('id')}"
+            hidden = "hide-input" in tags or "remove-input" in tags
+            assert hidden, f"a figure cell shows its code first: {cell.get('id')}"
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
