@@ -96,11 +96,15 @@ def _overflow_message(dtype) -> str:
 
 
 def _cannot_overflow(q: np.ndarray, k: np.ndarray, scale: float | None) -> bool:
-    """True when no partial sum of ``scale · q·k`` can reach the largest float of the scores' dtype."""
+    """True when neither ``scale · q`` (formed in q's dtype by :func:`_scores`) nor any partial sum of its
+    products with k can reach the largest float of its dtype (Cauchy–Schwarz: ``|Σ a_l b_l| ≤ d·max|a|·max|b|``)."""
     if q.size == 0 or k.size == 0:
         return True
-    scale = float(default_scale(q.shape[-1]) if scale is None else scale)  # Python floats: inf, not a warning
-    bound = scale * q.shape[-1] * float(np.abs(q).max()) * float(np.abs(k).max())
+    s = float(np.asarray(default_scale(q.shape[-1]) if scale is None else scale, dtype=q.dtype))  # as _scores rounds it
+    q_max = s * float(np.abs(q).max())  # Python floats: inf, not a warning
+    if q_max > float(np.finfo(q.dtype).max) / 4:
+        return False
+    bound = q.shape[-1] * q_max * float(np.abs(k).max())
     return bound <= float(np.finfo(np.result_type(q, k)).max) / 4  # 4: room for rounding
 
 

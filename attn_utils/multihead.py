@@ -293,7 +293,7 @@ def multi_head_attention(
     before the scores (a position transform such as RoPE, chapter 14).
 
     Returns ``(output (..., n_q, d_model), weights (..., h, n_q, n_k))``. Every product runs through
-    :func:`~attn_utils.counting.counted_matmul`: ``with count_macs()`` around the call counts them.
+    ``attn_utils.counting.counted_matmul``: ``with count_macs()`` around the call counts them.
     """
     heads, weights = attention_heads(x_q, x_kv, params, h, mask, scale, h_kv=h_kv, share_qk=share_qk, rotate=rotate)
     w_o = params["W_o"]

@@ -16,26 +16,31 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.extend import defvjp, primitive
 from autograd.tracer import getval
+from numpy.lib.array_utils import normalize_axis_index
 
 from .validation import as_float_array
 
 
-def _reduce(ufunc, x: np.ndarray, axis: int = -1) -> np.ndarray:
+def _reduce(ufunc, x, axis=-1) -> np.ndarray:
     """``ufunc.reduce(x, axis, keepdims=True)``, fast for short rows.
 
     numpy spends about 0.1–0.2 µs per row on a reduction over a short last axis, and training
     reduces tens of thousands of rows of 5–16 entries every step (the keys of a short sequence,
     the classes of a small task): there, a chain of elementwise operations over the columns is
     3–10× faster. The chain adds the columns left to right, the same order on every machine.
+    float16 sums keep numpy's reduction, whose pairwise order loses less to rounding.
     """
-    width = x.shape[axis]
-    if width > 16 or width == 0:
-        return ufunc.reduce(x, axis=axis, keepdims=True)
-    columns = np.moveaxis(x, axis, 0)
-    acc = np.array(columns[0])  # a copy, and a 0-d array (not a scalar) for a single row
-    for column in columns[1:]:
-        ufunc(acc, column, out=acc)
-    return np.expand_dims(acc, axis)
+    x = np.asarray(x)
+    if isinstance(axis, (int, np.integer)) and x.ndim:
+        axis = normalize_axis_index(int(axis), x.ndim)  # a bad axis raises AxisError, a ValueError
+        width = x.shape[axis]
+        if 0 < width <= 16 and not (ufunc is np.add and x.dtype == np.float16):
+            columns = np.moveaxis(x, axis, 0)
+            acc = np.array(columns[0])  # a copy, and a 0-d array (not a scalar) for a single row
+            for column in columns[1:]:
+                ufunc(acc, column, out=acc)
+            return np.expand_dims(acc, axis)
+    return ufunc.reduce(x, axis=axis, keepdims=True)
 
 
 @primitive
@@ -72,7 +77,8 @@ def softmax_core(x, axis: int = -1, mask=None):
     ``Jᵀg = p ⊙ (g − ⟨g, p⟩)``; the shift by the row maximum changes no value and is a constant of
     that node. Consequence: the derivative of an entry within rounding of 1 comes out as
     ``p (1 − p)``, which is 0; keep the shift in the graph when that entry matters (chapter 3's
-    ``softmax_traced``).
+    ``softmax_traced``). The rule is first-order reverse mode only: no Hessians or forward mode
+    through it (the book trains with gradients and needs neither).
     """
     if mask is not None:
         x = anp.where(mask, x, -anp.inf)

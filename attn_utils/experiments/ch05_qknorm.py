@@ -295,7 +295,7 @@ def register_cosine_score(name: str = "cosine_unit") -> str:
     if spec is not None and spec.fn is not cosine_score:
         raise ValueError(f"score {name!r} is already registered with a different function")
     if spec is None:
-        register_score(name, cosine_score)
+        register_score(name, cosine_score, rowwise=True)  # q̂·k̂: a query's scores ignore its position
     return name
 
 

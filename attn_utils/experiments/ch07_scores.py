@@ -335,8 +335,13 @@ def register_scores() -> tuple[str, ...]:
         old = SCORES.get(name)
         if old is not None and getattr(old.fn, "_attn_utils_scores", None) != name:
             raise ValueError(f"score {name!r} is already registered by another module")
-        register_score(
-            name, _harness_fn(name), _INITS.get(name), weights=_WEIGHTS.get(name, "softmax"), overwrite=old is not None
+        register_score(  # every score of this chapter is a function of (q_i, k_j) alone: rowwise
+            name,
+            _harness_fn(name),
+            _INITS.get(name),
+            weights=_WEIGHTS.get(name, "softmax"),
+            overwrite=old is not None,
+            rowwise=True,
         )
     return SCORE_NAMES[1:]
 

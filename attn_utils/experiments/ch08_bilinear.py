@@ -194,12 +194,13 @@ def self_mask(n: int, *, causal: bool = False) -> np.ndarray:
     return off_diag | (np.eye(n, dtype=bool) & alone[:, None])
 
 
-def qk_attention_layer(x, params: dict, h: int = 1, *, share_qk: bool = False, mask=None):
+def qk_attention_layer(x, params: dict, h: int | None = None, *, share_qk: bool = False, mask=None):
     """Self-attention ``concat_i(softmax(Q_i K_iᵀ/√d_k) V_i) W_o`` with ``K = Q`` when ``share_qk``.
 
     x : (..., n, d); params : ``W_q, W_v (d, h·d_k)``, ``W_o (h·d_v, d)`` and, unless ``share_qk``,
     ``W_k (d, h·d_k)`` (ignored when shared); mask : bool (n, n), ``True`` = may attend
-    (e.g. :func:`self_mask`). With ``share_qk=False`` this is
+    (e.g. :func:`self_mask`); h : the head count, taken from :class:`attn_utils.MHAParams` and required
+    for a plain dict (as in :func:`attn_utils.multi_head_attention`). With ``share_qk=False`` this is
     :func:`attn_utils.harness.layers.self_attention_layer`. Products are counted by ``count_macs``:
     sharing saves exactly the ``n·d·h·d_k`` multiply-adds of the key projection.
     Returns ``(output (..., n, d), weights (..., h, n, n))``.

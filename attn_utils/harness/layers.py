@@ -22,6 +22,7 @@ def attention_macs(
     d: int,
     *,
     h: int = 1,
+    h_kv: int | None = None,
     d_k: int | None = None,
     d_v: int | None = None,
     projections: bool = True,
@@ -30,8 +31,10 @@ def attention_macs(
     """Multiply-adds of one multi-head self-attention layer on ``n`` tokens of width ``d`` (the book's one formula).
 
     Per head ``i``: the scores ``Q_i K_iᵀ`` cost ``n²·d_k``, the weighted sum ``A_i V_i`` ``n²·d_v``;
-    the projections ``W_Q, W_K, W_V, W_O`` cost ``n·d·h·(2·d_k + 2·d_v)``. ``d_k`` and ``d_v`` default
-    to ``d / h``, and then the layer costs ``2·n²·d + 4·n·d²`` whatever ``h`` is. ``projections=False``
+    the projections ``W_Q, W_K, W_V, W_O`` cost ``n·d·h·(2·d_k + 2·d_v)``, or with ``h_kv`` key/value
+    heads (grouped-query attention: only ``W_K`` and ``W_V`` shrink) ``n·d·(h·d_k + h_kv·d_k + h_kv·d_v + h·d_v)``.
+    ``d_k`` and ``d_v`` default to ``d / h``, and then the layer costs ``2·n²·d + 4·n·d²`` whatever ``h`` is
+    (with ``h_kv = h``). ``projections=False``
     counts the core (scores and weighted sum) only. One multiply-add is two floating-point operations.
 
     Returns the total, or with ``by_part`` a dict: ``projections``, ``scores``, ``weighted_sum``,
@@ -39,12 +42,13 @@ def attention_macs(
     grows with ``h`` at fixed ``d``).
     """
     n, d, h = positive_int("n", n), positive_int("d", d), positive_int("h", h)
+    h_kv = h if h_kv is None else positive_int("h_kv", h_kv)
     if (d_k is None or d_v is None) and d % h:
         raise ValueError(f"d={d} must be divisible by h={h} when d_k/d_v are not given")
     d_k = d // h if d_k is None else positive_int("d_k", d_k)
     d_v = d // h if d_v is None else positive_int("d_v", d_v)
     parts = {
-        "projections": n * d * h * (2 * d_k + 2 * d_v) if projections else 0,
+        "projections": n * d * (h * d_k + h_kv * d_k + h_kv * d_v + h * d_v) if projections else 0,
         "scores": h * n * n * d_k,
         "weighted_sum": h * n * n * d_v,
     }

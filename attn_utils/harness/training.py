@@ -92,24 +92,36 @@ class ScoreSpec:
         or ``"normalize"`` (scores must be ≥ 0; divided by their row sum, as in
         linear/kernel attention).
 
+    rowwise : each query's scores depend on that query and the keys only, not on where the query
+        sits (true of the dot product and of chapter 7's scores, false of a score that masks the
+        diagonal or adds a position bias). Only then may a last-position read-out compute the last
+        layer for its last query alone.
+
     The scale rule multiplies the raw scores before ``weights`` is applied.
     """
 
     fn: Callable
     init: Callable | None = None
     weights: str = "softmax"
+    rowwise: bool = False
 
 
 def _dot_score(q, k, params):
     return q @ anp.swapaxes(k, -1, -2)
 
 
-SCORES: dict[str, ScoreSpec] = {"dot": ScoreSpec(_dot_score)}
+SCORES: dict[str, ScoreSpec] = {"dot": ScoreSpec(_dot_score, rowwise=True)}
 """Registered score functions; :func:`register_score` adds more."""
 
 
 def register_score(
-    name: str, fn: Callable, init: Callable | None = None, weights: str = "softmax", overwrite: bool = False
+    name: str,
+    fn: Callable,
+    init: Callable | None = None,
+    weights: str = "softmax",
+    overwrite: bool = False,
+    *,
+    rowwise: bool = False,
 ) -> ScoreSpec:
     """Add a score function to :data:`SCORES` (see :class:`ScoreSpec` for the signatures)."""
     if not isinstance(name, str) or not name:
@@ -122,7 +134,7 @@ def register_score(
         raise TypeError(f"init must be callable or None, received {type(init).__name__}")
     if weights not in WEIGHT_RULES:
         raise ValueError(f"weights must be one of {WEIGHT_RULES}, received {weights!r}")
-    SCORES[name] = ScoreSpec(fn, init, weights)
+    SCORES[name] = ScoreSpec(fn, init, weights, bool(rowwise))
     return SCORES[name]
 
 
@@ -306,12 +318,14 @@ def init_params(config: ModelConfig, task: Task, seeds: Sequence[int]) -> Params
 # --------------------------------------------------------------------------- forward pass
 @primitive
 def _part(x, index):
-    """``x[index]`` for a basic index (slices, integers, ``None``), with a fast gradient.
+    """``x[index]`` for a basic index (slices, integers, ``None``, ``...``), with a fast gradient.
 
     autograd differentiates every index with ``np.add.at``, which fancy indices need (they may
     repeat an entry) and which costs some 40× a plain assignment; a basic index never repeats,
     so its gradient is the incoming one written into zeros.
     """
+    if not all(isinstance(i, (slice, int, np.integer, type(None), type(Ellipsis))) for i in index):
+        raise TypeError(f"_part takes a basic index (slices, ints, None, ...), received {index!r}")
     return x[index]
 
 
@@ -438,7 +452,13 @@ def _forward_core(
     all_w = []
     if cfg.encoder == "attention":
         # read out at the last position only: the last layer's other queries feed nothing (unless they are logged)
-        last_only = not per_position and cfg.readout == "last" and log is None and not keep_weights
+        last_only = (
+            not per_position
+            and cfg.readout == "last"
+            and log is None
+            and not keep_weights
+            and SCORES[cfg.score].rowwise
+        )
         for l in range(cfg.n_layers):
             final = last_only and l == cfg.n_layers - 1
             out, w = _attention_layer(p, l, h, cfg, head_on[..., l, :], log, last_only=final)
@@ -617,6 +637,9 @@ def _per_parameter(name: str, value, params: Params) -> dict:
 def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8):
     """The book's one Adam: returns ``step(params, grads, t) -> params`` (``t`` counts from 1).
 
+    The moments are kept in the parameters' dtype and updated in place; gradients of another
+    dtype are cast to it (a float32 model trains in float32).
+
     ``lr`` and ``eps`` are a number, or per parameter (see :func:`_per_parameter`), so one loop
     can train many learning rates or ε (one per seed slot) at once.
     """
@@ -762,6 +785,8 @@ def loss_and_grad(config: ModelConfig, task: Task, *, log: dict | None = None):
     vg = value_and_grad(objective)
 
     def f(params: Params, x, y):
+        x, _ = _prepare(params, config, task, x, None)  # shapes and token range, as per_seed_loss checks them
+        y = _prepare_y(task, x, y)
         if log is not None:
             log.clear()
         _, grads = vg(params, x, y)
@@ -784,6 +809,8 @@ def optimise(objective, params, xs, ys, step, *, record=None, grad_hook=None) ->
     Returns ``(losses (steps, S) before each update, final params)``. BLAS runs single-threaded.
     """
     steps = len(xs)
+    if steps == 0 or len(ys) != steps:
+        raise ValueError(f"xs and ys must hold one batch per step (at least one); received {steps} and {len(ys)}")
     losses = None
     keep_freed_memory()
     with single_thread_blas():

@@ -348,3 +348,27 @@ def test_scores_overflowing_through_cancellation_raise():
     q, k, v = np.array([[1e308, 1e308]]), np.array([[1e308, -1e308], [0.0, 1.0]]), np.eye(2)
     with pytest.raises(ValueError, match="overflowed float64"):
         scaled_dot_product_attention(q, k, v)
+
+
+@pytest.mark.parametrize(
+    "q, k, scale",
+    [
+        (
+            np.array([[100.0]], np.float16),
+            np.array([[-1e-3], [-2e-3]], np.float16),
+            1000.0,
+        ),  # scale·q overflows float16
+        (np.array([[1e30]], np.float32), np.array([[-1e-30], [-2e-30]], np.float32), 1e10),  # scale·q overflows float32
+        (np.array([[100.0]], np.float16), np.array([[-1e-3], [-2e-3]], np.float32), 1000.0),  # mixed dtypes
+        (
+            np.full((1, 64), 100.0, np.float16),
+            np.full((2, 64), -100.0, np.float16),
+            None,
+        ),  # only the sum over d_k overflows
+    ],
+)
+def test_the_shortcut_past_the_overflow_scan_never_hides_an_overflow(q, k, scale):
+    # the scan is skipped only when a bound rules overflow out; each case overflows to -inf in a way the bound
+    # must see (the scaled query itself, or the sum of d_k products), and -inf would read as "masked": zero weights
+    with pytest.raises(ValueError, match="overflowed"):
+        scaled_dot_product_attention(q, k, np.ones((2, 1), q.dtype), scale=scale)

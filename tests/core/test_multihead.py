@@ -414,3 +414,11 @@ def test_rotate_transforms_queries_and_keys_before_the_scores():
     seen = []
     multi_head_attention(x, x, p, rotate=lambda a: seen.append(a.shape) or a)
     assert seen == [(2, 5, 4), (2, 5, 4)]  # every head's queries, then its keys
+
+
+def test_shared_projection_in_cross_attention_projects_the_other_sequence_with_w_q():
+    # only self-attention may reuse the queries as keys; W_k is never read when shared
+    rng = np.random.default_rng(24)
+    x_q, x_kv, p = rng.normal(size=(4, 8)), rng.normal(size=(6, 8)), init_mha_params(rng, 8, 2)
+    out, _ = multi_head_attention(x_q, x_kv, p, share_qk=True)
+    np.testing.assert_allclose(out, multi_head_attention(x_q, x_kv, {**p, "W_k": p["W_q"]}, 2)[0], rtol=1e-12)

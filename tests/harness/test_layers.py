@@ -558,3 +558,13 @@ def test_attention_macs_validation():
         attention_macs(0, 8, h=2)
     with pytest.raises(TypeError, match="d_k must be an integer"):
         attention_macs(4, 8, h=2, d_k=2.5)
+
+
+@pytest.mark.parametrize("h_kv", [1, 2, 4])
+def test_attention_macs_counts_grouped_key_value_heads(h_kv):
+    rng = np.random.default_rng(31)
+    n, d, h = 7, 12, 4
+    params = init_mha_params(rng, d, h, h_kv=h_kv)
+    with count_macs() as c:
+        self_attention_layer(rng.standard_normal((n, d)), params)
+    assert c.macs == attention_macs(n, d, h=h, h_kv=h_kv)

@@ -29,6 +29,7 @@ from attn_utils.harness.training import (
     loss,
     loss_and_grad,
     optimise,
+    per_seed_loss,
     query_key_vectors,
     register_score,
     step_batches,
@@ -41,17 +42,28 @@ def _bilinear(q, k, params):
     return anp.matmul(anp.matmul(q, params["W"][:, None]), anp.swapaxes(k, -1, -2))
 
 
+def _distance_biased(q, k, params):
+    # written, as such scores are, for self-attention: query i sits at position i
+    distance = np.abs(np.arange(q.shape[-2])[:, None] - np.arange(k.shape[-2])[None, :])
+    return q @ anp.swapaxes(k, -1, -2) - distance
+
+
 def _bilinear_init(rng, n_heads, d_k, d_model):
     return {"W": np.eye(d_k) + rng.normal(0, d_k**-0.5, (n_heads, d_k, d_k))}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _test_scores():
-    register_score("test_bilinear", _bilinear, _bilinear_init, overwrite=True)
-    register_score("test_sigmoid", lambda q, k, p: q @ anp.swapaxes(k, -1, -2), weights="sigmoid", overwrite=True)
+    register_score("test_bilinear", _bilinear, _bilinear_init, overwrite=True, rowwise=True)
+    register_score(
+        "test_sigmoid", lambda q, k, p: q @ anp.swapaxes(k, -1, -2), weights="sigmoid", overwrite=True, rowwise=True
+    )
+    # a score that depends on where the query sits (a distance bias): not rowwise
+    register_score("test_distance_bias", _distance_biased, overwrite=True)
     yield
     SCORES.pop("test_bilinear", None)
     SCORES.pop("test_sigmoid", None)
+    SCORES.pop("test_distance_bias", None)
 
 
 BASE = dict(d_model=8, n_heads=2)
@@ -71,6 +83,7 @@ VARIANTS = {
     "mean_readout": {"readout": "mean"},
     "bilinear": {"score": "test_bilinear"},
     "sigmoid": {"score": "test_sigmoid"},
+    "distance_bias": {"score": "test_distance_bias"},
     "mean_pool": {"encoder": "mean_pool"},
     "last_state": {"encoder": "last_state"},
 }
@@ -355,3 +368,15 @@ def test_the_one_training_loop_calls_its_hooks_and_reproduces_train():
     _, frozen = optimise(loss_and_grad(cfg, task), params, xs, ys, adam(params, 0.05), grad_hook=freeze)
     np.testing.assert_array_equal(frozen["L0.log_scale"], params["L0.log_scale"])
     assert not np.array_equal(frozen["L0.W_q"], params["L0.W_q"])
+
+
+def test_the_objective_checks_its_batch_like_the_loss():
+    cfg, task = ModelConfig(d_model=8), recall_task()
+    params = init_params(cfg, task, [0, 1])
+    batch = task.sample(0, 4)
+    f = loss_and_grad(cfg, task)
+    np.testing.assert_allclose(f(params, batch.x, batch.y)[0], per_seed_loss(params, cfg, task, batch.x, batch.y))
+    with pytest.raises(ValueError, match="x tokens must lie in"):
+        f(params, np.full_like(batch.x, -1), batch.y)  # -1 would index the last row of the one-hot silently
+    with pytest.raises(ValueError, match="one batch per step"):
+        optimise(f, params, batch.x[:0], batch.y[:0], adam(params, 0.1))
