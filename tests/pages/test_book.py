@@ -143,6 +143,10 @@ def test_intro_question_index_links_every_chapter():
     for path in CHAPTERS:
         label = re.search(r"^\((ch-[a-z0-9-]+)\)=", "".join(load(path)["cells"][0]["source"]), flags=re.M).group(1)
         assert f"<{label}>" in intro, f"intro question index does not link {label}"
+        # one title per chapter: the index may shorten it to its question, but not reword it
+        title = re.search(r"^# (.+)$", "".join(load(path)["cells"][0]["source"]), flags=re.M).group(1)
+        shown = re.search(rf"\{{ref\}}`([^`<]+?) <{label}>`", intro).group(1)
+        assert title.startswith(shown), f"intro calls {label} {shown!r}; its title is {title!r}"
 
 
 def test_cheatsheet_and_wrong_answers_are_generated_from_the_chapters():
