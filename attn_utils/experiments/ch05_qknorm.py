@@ -101,8 +101,9 @@ def _multipliers(name: str, mult: Mapping[str, float] | None, keys, allow_zero: 
 def _optimise(
     config: ModelConfig, task: Task, p: Params, xs, ys, lrs: Params, epss: Params, optimizer: str, record=None
 ) -> tuple[np.ndarray, Params]:
-    """The update loop, with the harness's optimisers. lrs[k], epss[k] : (S,) per-seed rate and
-    Adam ε of parameter k. ``record(t, params, x)``, if given, is called before update ``t`` with
+    """The harness's optimiser with a rate (and Adam ε) per parameter, run by the book's one loop
+    (:func:`attn_utils.harness.optimise`). lrs[k], epss[k] : (S,) per-seed rate and Adam ε of
+    parameter k. ``record(t, params, x)``, if given, is called before update ``t`` with
     that step's batch ``x`` (S, batch, n), and with ``t = steps``, ``x = None`` after the last one.
 
     Returns (loss (steps, S) per seed before each update, final params)."""
