@@ -8,8 +8,10 @@ Usage: python tools/build_summaries.py [--check]
   "remember": "… {glue:text}`key` …"}``.
 - chapters/*.ipynb: right after each chapter's short answer, a small "at a glance" table of the
   same formula and number (the chapter's first screen shows them).
-- wrong_answers.md: every "(wrong-…)=" target in a chapter's "Common wrong answers" section, with
-  the paragraph that states and corrects the claim, linking to the cell that refutes it.
+- wrong_answers.md: every "(wrong-…)=" target in a chapter's "Common wrong answers" section: the
+  claim (the paragraph's opening in bold) and its one-sentence correction from the notebook's
+  metadata ``"wrong_answers": {target: correction}``, linking to the paragraph and the cell that
+  refutes it.
 
 The chapters are the single source; these pages are generated so they cannot drift.
 ``--check`` exits 1 if the committed pages differ from what would be generated (used by the tests).
@@ -26,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = re.compile(r"^\((wrong-[a-z0-9-]+)\)=\s*$", re.M)
 LABEL = re.compile(r"^\((ch-[a-z0-9-]+)\)=", re.M)
 TITLE = re.compile(r"^# (.+)$", re.M)
+CLAIM = re.compile(r"\*\*.+?\*\*", re.S)  # the claim a wrong-answer paragraph opens with, in bold
 SHORT = re.compile(r"```\{admonition\} Short answer\n(?::[^\n]*\n)*(.*?)\n```", re.S)
 LATEX_UNNUMBERED = (
     "```{raw} latex\n% PDF only: back matter is unnumbered, as on the website.\n\\setcounter{secnumdepth}{-1}\n```\n"
@@ -37,7 +40,7 @@ def notebooks():
     for path in sorted((ROOT / "chapters").glob("*.ipynb")):
         nb = json.loads(path.read_text(encoding="utf-8"))
         md = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-        yield path, md, nb.get("metadata", {}).get("cheatsheet", {})
+        yield path, md, nb.get("metadata", {})
 
 
 def chapters():
@@ -95,7 +98,8 @@ def cheatsheet() -> str:
     ]
     rows = ["| Question | Answer | Formula | Remember |", "|---|---|---|---|"]
     shorts = []
-    for path, md, sheet in notebooks():
+    for path, md, meta in notebooks():
+        sheet = meta.get("cheatsheet", {})
         label = LABEL.search(md).group(1)
         title = TITLE.search(md).group(1).strip()
         short = SHORT.search(md)
@@ -135,27 +139,34 @@ def wrong_answers() -> str:
         LATEX_UNNUMBERED,
         "# Common wrong answers · 常见错误答案",
         "",
-        "Each entry states a claim often heard in interviews (or made in the source notes), the",
-        "correct statement, and a link to the code that refutes the claim: the check right below",
-        "the linked paragraph fails if the correction is wrong.",
+        "Each entry is a claim often heard in interviews (or made in the source notes) and its correction",
+        "in one sentence, to rehearse before an interview. The link leads to the chapter's full argument",
+        "and the check that fails if the correction is wrong.",
         "",
     ]
     count = 0
-    for path, md in chapters():
+    for path, md, meta in notebooks():
         label = LABEL.search(md).group(1)
         title = TITLE.search(md).group(1).strip()
+        shorts = meta.get("wrong_answers", {})
         entries = []
         for match in TARGET.finditer(md):
-            rest = md[match.end() :].lstrip("\n")
-            # The paragraph usually ends with ":" introducing its code cell; the link replaces the cell.
-            paragraph = rest.split("\n\n", 1)[0].strip().rstrip(":").rstrip()
-            entries.append(
-                f"- {global_citations(qualify_glue(paragraph, path))} ({{ref}}`refuted here <{match.group(1)}>`)"
-            )
+            target = match.group(1)
+            claim = CLAIM.match(md[match.end() :].lstrip("\n"))
+            if not claim:
+                raise SystemExit(f"{path.name}: {target} does not open with its claim in bold")
+            if target not in shorts:
+                raise SystemExit(f"{path.name}: metadata 'wrong_answers' has no correction for {target}")
+            short = global_citations(qualify_glue(shorts[target], path))
+            claim = " ".join(claim.group(0).split())
+            stop = "" if re.search(r"[.?!]\"?\*\*$", claim) else "."  # a claim the chapter continues in parentheses
+            entries.append(f"- {claim}{stop} {short} ({{ref}}`why <{target}>`)")
+        if set(shorts) - {m.group(1) for m in TARGET.finditer(md)}:
+            raise SystemExit(f"{path.name}: metadata 'wrong_answers' names targets the chapter lacks")
         if entries:
             count += len(entries)
             out += [f"## From chapter {number_of(path)}: {{ref}}`{title} <{label}>`", "", *entries, ""]
-    out.insert(6, f"The catalogue holds {count} entries, grouped by chapter.\n")
+    out.insert(7, f"The catalogue holds {count} entries, grouped by chapter.\n")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -162,7 +162,7 @@ def test_cheatsheet_and_wrong_answers_are_generated_from_the_chapters():
 
 def test_wrong_answers_catalogue_has_at_least_12_entries():
     text = (ROOT / "wrong_answers.md").read_text(encoding="utf-8")
-    assert text.count("refuted here <wrong-") >= 12
+    assert text.count("`why <wrong-") >= 12
 
 
 APPROX_NUMBER = re.compile(r"≈(-?[0-9]|∞)")
@@ -276,6 +276,25 @@ def test_wrong_answers_are_self_contained():
     entries = [line for line in (ROOT / "wrong_answers.md").read_text(encoding="utf-8").split("\n- ")[1:]]
     bad = [e.split("**")[1] if "**" in e else e[:60] for e in entries if CONTEXT_WORDS.search(e)]
     assert not bad, f"entries that refer to context outside the catalogue: {bad}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_wrong_answer_corrections_fit_one_breath(path):
+    """The catalogue is for rehearsing: each correction (notebook metadata "wrong_answers") is one
+    finished statement of at most 30 words that needs no context from the chapter."""
+    for target, text in load(path)["metadata"].get("wrong_answers", {}).items():
+        words = len(text.split())
+        assert words <= 30, f"{target}: {words} words; say it in at most 30 (the chapter keeps the argument)"
+        assert text.rstrip().endswith("."), f"{target}: the correction should end as a sentence: {text!r}"
+        assert not CONTEXT_WORDS.search(text), f"{target} refers to context the catalogue does not show: {text!r}"
+
+
+def test_wrong_answers_catalogue_is_short_enough_to_cram():
+    """Claim plus correction per entry, not the chapter's argument: a median entry of at most
+    45 words (the full paragraphs had a median of 93)."""
+    entries = (ROOT / "wrong_answers.md").read_text(encoding="utf-8").split("\n- ")[1:]
+    words = sorted(len(e.split("({ref}`why")[0].split()) for e in entries)
+    assert words[len(words) // 2] <= 45, f"median entry {words[len(words) // 2]} words"
 
 
 BACKTICK_FENCE_WITH_BACKTICKS = re.compile(r"^`{3,}\{[^}]+\}[^\n]*`", re.M)
