@@ -1,5 +1,11 @@
 """Finishing touches to the book's two outputs.
 
+Both:
+
+* Code cells are shown without their glue calls (:func:`without_glue_calls`): the statements that
+  only put a computed number into the prose are for the notebook, not for the reader, and were
+  about 500 lines of the site's code. A comment line says how many are not shown.
+
 Website:
 
 * A figure's image gets the figure's caption as its alt text (myst-nb names output images by a
@@ -16,6 +22,7 @@ PDF (LaTeX build only):
 
 from __future__ import annotations
 
+import ast
 import re
 
 from docutils import nodes
@@ -85,6 +92,67 @@ class CaptionsAsAltText(SphinxPostTransform):
                     image["alt"] = text
 
 
+GLUE_FUNCTIONS = {"glue", "glue_text", "glue_number"}
+
+
+def _is_glue_statement(statement: ast.stmt) -> bool:
+    """``glue_text(…)``, ``_ = glue_number(…)``, or a loop whose body only glues."""
+    if isinstance(statement, ast.For):
+        return all(_is_glue_statement(s) for s in statement.body) and not statement.orelse
+    if isinstance(statement, ast.Assign):
+        if not all(isinstance(t, ast.Name) and t.id == "_" for t in statement.targets):
+            return False
+    elif not isinstance(statement, ast.Expr):
+        return False
+    call = statement.value
+    if not isinstance(call, ast.Call):
+        return False
+    name = getattr(call.func, "id", None) or getattr(call.func, "attr", None)
+    return name in GLUE_FUNCTIONS
+
+
+def without_glue_calls(source: str) -> str:
+    """``source`` without its top-level glue statements, and one comment line where the first one
+    was; unchanged when it has none (or does not parse)."""
+    try:
+        statements = ast.parse(source).body
+    except SyntaxError:
+        return source
+    glued = [s for s in statements if _is_glue_statement(s)]
+    if not glued:
+        return source
+    lines = source.split("\n")
+    drop = {i for s in glued for i in range(s.lineno - 1, s.end_lineno)}
+    note = f"# (not shown: {len(glued)} glue call{'s' if len(glued) > 1 else ''} that put numbers into the text)"
+    kept = []
+    for i, line in enumerate(lines):
+        if i == glued[0].lineno - 1:
+            kept.append(note)
+        if i not in drop:
+            kept.append(line)
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip("\n")
+    return "" if text == note else text
+
+
+class HideGlueCalls(SphinxPostTransform):
+    default_priority = 900
+
+    def run(self, **kwargs) -> None:
+        for cell in list(self.document.findall(nodes.container)):
+            if cell.get("nb_element") != "cell_code_source":
+                continue
+            block = cell.next_node(nodes.literal_block)
+            if block is None:
+                continue
+            shown = without_glue_calls(block.astext())
+            if not shown:
+                cell.parent.remove(cell)
+            elif shown != block.astext():
+                block.children = []
+                block += nodes.Text(shown)
+                block.rawsource = shown  # Sphinx highlights a block only when rawsource matches its text
+
+
 def _is_latex(app) -> bool:
     from sphinx.builders.latex import LaTeXBuilder
 
@@ -111,6 +179,7 @@ def setup(app):
     app.connect("env-updated", number_results_by_chapter)  # before Sphinx numbers them (env-get-updated)
     app.connect("env-check-consistency", restore_latex_depth)  # after, and before LaTeX is written
     app.add_post_transform(CaptionsAsAltText)
+    app.add_post_transform(HideGlueCalls)
     app.add_post_transform(LatexProofs)
     app.add_post_transform(DropEmptyReferences)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

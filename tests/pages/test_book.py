@@ -416,3 +416,27 @@ def test_every_check_names_the_wrong_answer_it_rules_out(path):
                 continue
             missing.append(f"code cell {i}: {ast.get_source_segment(source, node)[:80]}")
     assert not missing, f"{path.name}: checks without rules_out=\n" + "\n".join(missing)
+
+
+def test_code_cells_are_shown_without_glue_calls():
+    """The site and the PDF show a code cell without the statements that only glue numbers into
+    the prose (_ext/book_polish.py); everything else, including a glue call whose value is used,
+    stays, and a cell of glue calls alone disappears."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    try:
+        from book_polish import without_glue_calls
+    finally:
+        sys.path.pop(0)
+    source = (
+        'x = f(1)\nglue_text("a", "b")\n_ = glue_number("c", x,\n    ".2f")\n'
+        'for k in (1, 2):\n    glue_text(f"k{k}", str(k))\ny = glue_text("d", "e")\nprint(x, y)'
+    )
+    assert without_glue_calls(source) == (
+        'x = f(1)\n# (not shown: 3 glue calls that put numbers into the text)\ny = glue_text("d", "e")\nprint(x, y)'
+    )
+    assert without_glue_calls('glue_text("a", "b")\n_ = glue_number("c", 1)') == ""
+    unchanged = "for k in (1, 2):\n    glue_text(str(k), str(k))\n    print(k)"
+    assert without_glue_calls(unchanged) == unchanged
+    assert without_glue_calls("not python (") == "not python ("
