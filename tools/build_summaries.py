@@ -130,6 +130,14 @@ def cheatsheet() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def wrong_entries(md: str):
+    """Each "(wrong-…)=" target of a chapter with the paragraph that states and corrects the claim."""
+    for match in TARGET.finditer(md):
+        rest = md[match.end() :].lstrip("\n")
+        # The paragraph usually ends with ":" introducing its code cell; the link replaces the cell.
+        yield match.group(1), rest.split("\n\n", 1)[0].strip().rstrip(":").rstrip()
+
+
 def wrong_answers() -> str:
     out = [
         LATEX_UNNUMBERED,
@@ -144,14 +152,10 @@ def wrong_answers() -> str:
     for path, md in chapters():
         label = LABEL.search(md).group(1)
         title = TITLE.search(md).group(1).strip()
-        entries = []
-        for match in TARGET.finditer(md):
-            rest = md[match.end() :].lstrip("\n")
-            # The paragraph usually ends with ":" introducing its code cell; the link replaces the cell.
-            paragraph = rest.split("\n\n", 1)[0].strip().rstrip(":").rstrip()
-            entries.append(
-                f"- {global_citations(qualify_glue(paragraph, path))} ({{ref}}`refuted here <{match.group(1)}>`)"
-            )
+        entries = [
+            f"- {global_citations(qualify_glue(paragraph, path))} ({{ref}}`refuted here <{target}>`)"
+            for target, paragraph in wrong_entries(md)
+        ]
         if entries:
             count += len(entries)
             out += [f"## From chapter {number_of(path)}: {{ref}}`{title} <{label}>`", "", *entries, ""]
