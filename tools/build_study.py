@@ -505,12 +505,14 @@ def sheet_pdfs(chapters: list[Chapter], out: Path) -> list[Path]:
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("what", nargs="*", choices=["selftest", "deck", "pdf", []], default=[])
+    parser.add_argument("what", nargs="*", help="selftest, deck, pdf (default: all three)")
     parser.add_argument("--check", action="store_true", help="selftest.md is up to date (exit 1 if not)")
     parser.add_argument("--base-url", default="", help="address of the published site, for the Anki cards' links")
     parser.add_argument("--out", type=Path, default=ROOT / "_build", help="where the deck and the PDFs go")
     args = parser.parse_args(argv)
     what = args.what or ["selftest", "deck", "pdf"]
+    if set(what) - {"selftest", "deck", "pdf"}:
+        parser.error(f"unknown: {sorted(set(what) - {'selftest', 'deck', 'pdf'})}")
     if args.base_url and not args.base_url.endswith("/"):
         args.base_url += "/"
     chapters = load()
