@@ -3,7 +3,7 @@
 #   make test   run unit/property tests and re-execute every chapter notebook with nbval
 #   make test-portable   the chapters again under another BLAS kernel, 2 BLAS threads and no AVX-512
 #   make test-reseed SEED=n   every chapter under seed base n (ATTN_SEED): every check must still hold
-# Also: make pdf (needs the TeX packages in the README), make serve, make lab, make check-wheel, make execute NB=..., make clean.
+# Also: make pdf (needs the TeX packages in the README), make study (Anki deck, one-page cheat sheet PDFs), make serve, make lab, make check-wheel, make execute NB=..., make clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,7 +11,7 @@ BIN     = $(VENV)/bin
 JOBS   ?= 2
 STAMP   = $(VENV)/.installed
 
-.PHONY: html pdf test test-portable test-reseed check-wheel lint check-site lab serve execute execute-all summaries constraints clean
+.PHONY: html pdf study cheatsheet-pdf test test-portable test-reseed check-wheel lint check-site lab serve execute execute-all summaries constraints clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required (set PYTHON=...)")'
@@ -25,6 +25,9 @@ html: $(STAMP)
 	$(BIN)/jupyter-book build . -W -n --keep-going
 	@if [ -f _build/latex/attention-derived.pdf ]; then cp _build/latex/attention-derived.pdf _build/html/; \
 	  else echo "Note: the site's PDF link works once 'make pdf' has run (it copies the PDF into _build/html)"; fi
+	$(BIN)/python tools/build_study.py deck --out _build/html --base-url "$(STUDY_BASE_URL)"
+	@if command -v xelatex >/dev/null; then $(BIN)/python tools/build_study.py pdf --out _build/html; \
+	  else echo "Note: the site's cheat sheet PDF links need xelatex (the TeX packages in the README)"; fi
 	@echo "Website: $(CURDIR)/_build/html/index.html"
 
 pdf: $(STAMP)
@@ -34,6 +37,19 @@ pdf: $(STAMP)
 	  _build/latex/attention-derived.log || (echo "PDF: a line runs more than 5 pt into the margin (see above)"; exit 1)
 	@if [ -d _build/html ]; then cp _build/latex/attention-derived.pdf _build/html/; fi
 	@echo "PDF: $(CURDIR)/_build/latex/attention-derived.pdf"
+
+# Study tools generated from the chapters (tools/build_study.py): the Anki deck _build/attention-derived.apkg
+# and the cheat sheet on one page, _build/cheatsheet-a4.pdf and _build/cheatsheet-letter.pdf (xelatex);
+# copied into _build/html when the site is built. Anki cards live outside the site, so their chapter links
+# need the site's published address: make study STUDY_BASE_URL=https://…/ (without it they name the page).
+STUDY_BASE_URL ?=
+study: $(STAMP)
+	$(BIN)/python tools/build_study.py deck pdf --base-url "$(STUDY_BASE_URL)"
+	@if [ -d _build/html ]; then cp _build/attention-derived.apkg _build/cheatsheet-a4.pdf _build/cheatsheet-letter.pdf _build/html/; fi
+
+cheatsheet-pdf: $(STAMP)
+	$(BIN)/python tools/build_study.py pdf
+	@if [ -d _build/html ]; then cp _build/cheatsheet-a4.pdf _build/cheatsheet-letter.pdf _build/html/; fi
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(JOBS) --dist loadscope --nbval --nbval-current-env
@@ -63,7 +79,7 @@ check-wheel: $(STAMP)
 
 # After make html: the site works offline (assets local, math rendered by headless Chromium).
 check-site: $(STAMP)
-	$(BIN)/python -m pytest -p no:xdist -q tests/pages/test_site.py
+	$(BIN)/python -m pytest -p no:xdist -q tests/pages/test_site.py tests/pages/test_study.py
 
 # JupyterLab with MyST rendering (requirements-lab.txt). Jupyter refuses to start as root unless told;
 # root is normal in a container.
@@ -86,9 +102,11 @@ execute: $(STAMP)
 execute-all: $(STAMP)
 	$(BIN)/python tools/execute_notebook.py chapters/*.ipynb
 
-# After editing a chapter's Short answer or Common wrong answers: regenerate the two summary pages.
+# After editing a chapter's Short answer or Common wrong answers: regenerate the summary pages
+# (cheat sheet, wrong answers, self-test).
 summaries: $(STAMP)
 	$(BIN)/python tools/build_summaries.py
+	$(BIN)/python tools/build_study.py selftest
 
 # After changing requirements.txt: pin the versions a fresh .venv resolves to.
 constraints:

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = re.compile(r"^\((wrong-[a-z0-9-]+)\)=\s*$", re.M)
 LABEL = re.compile(r"^\((ch-[a-z0-9-]+)\)=", re.M)
 TITLE = re.compile(r"^# (.+)$", re.M)
-CLAIM = re.compile(r"\*\*.+?\*\*", re.S)  # the claim a wrong-answer paragraph opens with, in bold
+CLAIM = re.compile(r"\*\*(.+?)\*\*", re.S)  # the claim a wrong-answer paragraph opens with, in bold
 SHORT = re.compile(r"```\{admonition\} Short answer\n(?::[^\n]*\n)*(.*?)\n```", re.S)
 LATEX_UNNUMBERED = (
     "```{raw} latex\n% PDF only: back matter is unnumbered, as on the website.\n\\setcounter{secnumdepth}{-1}\n```\n"
@@ -134,6 +134,24 @@ def cheatsheet() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def wrong_entries(path: Path, md: str, meta: dict):
+    """(target, claim, correction) for each "(wrong-…)=" target of a chapter: the claim is the bold
+    opening of the paragraph after the target (on one line, without the **), the correction the
+    one sentence the notebook's metadata ``"wrong_answers"`` holds for that target."""
+    shorts = meta.get("wrong_answers", {})
+    targets = [m.group(1) for m in TARGET.finditer(md)]
+    if set(shorts) - set(targets):
+        raise SystemExit(f"{path.name}: metadata 'wrong_answers' names targets the chapter lacks")
+    for match in TARGET.finditer(md):
+        target = match.group(1)
+        claim = CLAIM.match(md[match.end() :].lstrip("\n"))
+        if not claim:
+            raise SystemExit(f"{path.name}: {target} does not open with its claim in bold")
+        if target not in shorts:
+            raise SystemExit(f"{path.name}: metadata 'wrong_answers' has no correction for {target}")
+        yield target, " ".join(claim.group(1).split()), shorts[target]
+
+
 def wrong_answers() -> str:
     out = [
         LATEX_UNNUMBERED,
@@ -148,21 +166,11 @@ def wrong_answers() -> str:
     for path, md, meta in notebooks():
         label = LABEL.search(md).group(1)
         title = TITLE.search(md).group(1).strip()
-        shorts = meta.get("wrong_answers", {})
         entries = []
-        for match in TARGET.finditer(md):
-            target = match.group(1)
-            claim = CLAIM.match(md[match.end() :].lstrip("\n"))
-            if not claim:
-                raise SystemExit(f"{path.name}: {target} does not open with its claim in bold")
-            if target not in shorts:
-                raise SystemExit(f"{path.name}: metadata 'wrong_answers' has no correction for {target}")
-            short = global_citations(qualify_glue(shorts[target], path))
-            claim = " ".join(claim.group(0).split())
-            stop = "" if re.search(r"[.?!]\"?\*\*$", claim) else "."  # a claim the chapter continues in parentheses
-            entries.append(f"- {claim}{stop} {short} ({{ref}}`why <{target}>`)")
-        if set(shorts) - {m.group(1) for m in TARGET.finditer(md)}:
-            raise SystemExit(f"{path.name}: metadata 'wrong_answers' names targets the chapter lacks")
+        for target, claim, short in wrong_entries(path, md, meta):
+            stop = "" if re.search(r"[.?!]\"?$", claim) else "."  # a claim the chapter continues in parentheses
+            short = global_citations(qualify_glue(short, path))
+            entries.append(f"- **{claim}**{stop} {short} ({{ref}}`why <{target}>`)")
         if entries:
             count += len(entries)
             out += [f"## From chapter {number_of(path)}: {{ref}}`{title} <{label}>`", "", *entries, ""]
