@@ -61,7 +61,6 @@ class Chapter:
     md: str
     sheet: dict
     glue: dict = field(default_factory=dict)
-    targets: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)  # the notebook's metadata (its one-sentence wrong-answer corrections)
 
     @property
@@ -120,37 +119,11 @@ def glue_values(nb: dict) -> dict:
     return values
 
 
-PRF = re.compile(r"^[`:]{3,}\{prf:([a-z]+)\}[^\n]*\n(?::[^\n]*\n)*?:label: (\S+)", re.M)
-
-
-def numbered_targets(nb: dict, number: int, md: str) -> dict:
-    """Label -> (text, anchor) of what the chapter numbers, as Sphinx numbers it on the site:
-    equations "(n.k)", proofs "Proposition n.k" (one counter per kind), figures "Fig. n.k", sections by title."""
-    targets = {}
-    for k, label in enumerate(re.findall(r"\$\$\s*\((eq-[^)\s]+)\)", md), 1):
-        targets[label] = (f"({number}.{k})", f"equation-{label}")
-    counters: dict[str, int] = {}
-    for kind, label in PRF.findall(md):
-        counters[kind] = counters.get(kind, 0) + 1
-        targets[label] = (f"{kind.capitalize()} {number}.{counters[kind]}", label)
-    figures = [
-        c["metadata"]["mystnb"]["figure"]["name"]
-        for c in nb["cells"]
-        if "name" in c.get("metadata", {}).get("mystnb", {}).get("figure", {})
-    ]
-    for k, label in enumerate(figures, 1):
-        targets[label] = (f"Fig. {number}.{k}", label)
-    for label, title in re.findall(r"^\(([a-z0-9-]+)\)=\s*\n+#+ (.+)$", md, re.M):
-        targets.setdefault(label, (title.strip(), label))
-    return targets
-
-
 def load() -> list[Chapter]:
     chapters = []
     for path, md, meta in notebooks():
         nb = json.loads(path.read_text(encoding="utf-8"))
         ch = Chapter(path, md, meta.get("cheatsheet", {}), glue_values(nb), meta=meta)
-        ch.targets = numbered_targets(nb, ch.number, md)
         chapters.append(ch)
     return chapters
 
@@ -180,7 +153,6 @@ class Renderer:
 
     def __init__(self, chapters: list[Chapter], base_url: str = ""):
         self.base_url = base_url
-        self.where = {label: (ch, text, anchor) for ch in chapters for label, (text, anchor) in ch.targets.items()}
 
     def url(self, ch: Chapter, anchor: str = "") -> str:
         return f"{self.base_url}{ch.page}" + (f"#{anchor}" if anchor else "") if self.base_url else ""
@@ -194,12 +166,8 @@ class Renderer:
             return html.escape(glue_text(ch, content))
         if name in ("footcite", "cite:p", "cite"):
             return "(" + "; ".join(html.escape(bib_short(k.strip())) for k in content.split(",")) + ")"
-        explicit = re.fullmatch(r"(.*?)\s*<([^>]+)>", content, re.S)
-        label = explicit.group(2) if explicit else content
-        if label not in self.where:
-            raise SystemExit(f"{ch.path.name}: {{{name}}}`{content}`: unknown target")
-        target_ch, text, anchor = self.where[label]
-        return self.link(self.html(ch, explicit.group(1)) if explicit else html.escape(text), target_ch, anchor)
+        # A card stands alone: a cross-reference ("see (3.2)") would send the reader to a page they do not have open.
+        raise SystemExit(f"{ch.path.name}: a card cannot show {{{name}}}`{content}` (only text, math, glue, citations)")
 
     def html(self, ch: Chapter, text: str) -> str:
         text = one_line(text)
