@@ -110,35 +110,121 @@ def test_math_renders_offline_in_chromium(page, tmp_path):
 
 PROBE = """
 <script>
-// Measures, once MathJax has typeset the page, what does not fit the reading column.
+// Measures, once MathJax has typeset the page, what does not fit the reading column or cannot be reached.
 window.addEventListener("load", async () => {
   const out = document.createElement("pre");
   out.id = "overflow-probe";
   try {
   await new Promise((done) => setTimeout(done, 8000));  // virtual time: MathJax has typeset by then
   const column = document.querySelector("article") || document.body;
-  const right = column.getBoundingClientRect().right + 1;
-  const report = {cut: [], wide: [], lines: [], equations: 0, outputs: 0};
+  const edge = column.getBoundingClientRect();
+  const right = edge.right + 1;
+  const report = {cut: [], wide: [], lines: [], equations: 0, outputs: 0,
+                  start_hidden: [], number_lost: [], off_centre: [], inline_cut: [], inlines: 0,
+                  tables_cut: [], no_cue: [], tables: 0};
+  const scrolls = (el) => ["auto", "scroll"].includes(getComputedStyle(el).overflowX);
+  const overflows = (el) => el.scrollWidth > el.clientWidth + 1;
+  // A sideways scroll box says that it scrolls: its edge (or its wrapper's) fades or casts a shadow
+  // over the content (a shadow under the content is hidden by opaque cells).
+  const cued = (box) => [box, box.parentElement].some((el) => {
+    const style = getComputedStyle(el);
+    if ((style.maskImage || style.webkitMaskImage || "none") !== "none") return true;
+    return ["::before", "::after"].some((pseudo) => {
+      const shade = getComputedStyle(el, pseudo);
+      return shade.content !== "none" && shade.backgroundImage !== "none" && Number(shade.opacity) > 0;
+    });
+  });
+  const name = (el) => (el.id || (el.querySelector("[id]") || {}).id || el.textContent.slice(0, 40)).trim();
+  // A formula can be read when every ancestor that clips it (overflow other than visible) either
+  // scrolls to it or holds all of it, up to the column, which must hold the outermost one.
+  const reachable = (el) => {
+    let rect = el.getBoundingClientRect();
+    for (let box = el.parentElement; box && box !== column; box = box.parentElement) {
+      if (getComputedStyle(box).overflowX === "visible") continue;
+      const inner = box.getBoundingClientRect();
+      if (scrolls(box)) { rect = inner; continue; }
+      if (rect.left < inner.left - 1 || rect.right > inner.right + 1) return false;
+    }
+    return rect.left >= edge.left - 1 && rect.right <= right;
+  };
   document.querySelectorAll("div.math").forEach((box) => {
     report.equations += 1;
     const eq = box.querySelector("mjx-container");
-    const label = (box.id || (box.querySelector("[id]") || {}).id || box.textContent.slice(0, 40)).trim();
-    const scrolls = ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+    const label = name(box);
     if (box.getBoundingClientRect().right > right) report.cut.push(label);  // sticks out of the column
-    else if (eq && box.scrollWidth > box.clientWidth + 1) (scrolls ? report.wide : report.cut).push(label);
+    else if (eq && overflows(box)) (scrolls(box) ? report.wide : report.cut).push(label);
+    if (!eq) return;
+    const number = box.querySelector("span.eqno");
+    // An equation that fits is centred in the space beside its number (within 1em).
+    const formula = eq.querySelector("mjx-math") || eq;
+    const at = formula.getBoundingClientRect();
+    const view = box.getBoundingClientRect();
+    const space = [view.left, number ? number.getBoundingClientRect().left : view.right];
+    const em = parseFloat(getComputedStyle(box).fontSize);
+    if (!overflows(box) && Math.abs(at.left + at.right - space[0] - space[1]) / 2 > em) report.off_centre.push(label);
+    // Opens at its start: the formula's left edge is in view and no box around it is scrolled.
+    const start = at.left;
+    for (let el = formula; el && el !== box.parentElement; el = el.parentElement) {
+      if (el.scrollLeft !== 0 || start < el.getBoundingClientRect().left - 1) {
+        report.start_hidden.push(label);
+        break;
+      }
+    }
+    // The equation number is in view or further along the box's scroll, not before its start.
+    if (number) {
+      const end = view.left - box.scrollLeft + box.scrollWidth;
+      const place = number.getBoundingClientRect();
+      if (place.left < view.left - 1 || place.right > end + 1) report.number_lost.push(label);
+    }
+    if (overflows(box) && !cued(box)) report.no_cue.push(label);
+  });
+  column.querySelectorAll("mjx-container:not([display='true'])").forEach((eq) => {
+    if (eq.closest("div.math")) return;
+    report.inlines += 1;
+    if (!reachable(eq)) report.inline_cut.push(eq.textContent.slice(0, 40));
+    const box = eq.closest("span.math");
+    if (box && scrolls(box) && overflows(box) && !cued(box)) report.no_cue.push(eq.textContent.slice(0, 40));
+  });
+  // A table wider than its place scrolls inside a box that says so; nothing of it is out of reach.
+  column.querySelectorAll("table").forEach((table) => {
+    if (table.closest("div.cell_output")) return;
+    report.tables += 1;
+    const label = (table.querySelector("th, td") || table).textContent.trim().slice(0, 40);
+    if (!reachable(table)) report.tables_cut.push(label);
+    let box = table.parentElement;
+    while (box !== column && !scrolls(box)) box = box.parentElement;
+    if (box !== column && overflows(box) && !cued(box)) report.no_cue.push(label);
   });
   document.querySelectorAll("div.cell_output pre, div.output pre").forEach((pre) => {
     report.outputs += 1;
-    if (pre.scrollWidth > pre.clientWidth + 1) report.lines.push(pre.textContent.slice(0, 60));
+    if (overflows(pre)) report.lines.push(pre.textContent.slice(0, 60));
   });
   const sheet = document.querySelector("table.cheatsheet-table");
   report.table_bottom = sheet ? sheet.getBoundingClientRect().bottom : null;
   report.viewport_height = window.innerHeight;
+  report.viewport_width = window.innerWidth;
   out.textContent = JSON.stringify(report);
   } catch (err) { out.textContent = JSON.stringify({error: String(err)}); }
   document.body.appendChild(out);
+  if (window.parent !== window) window.parent.postMessage(out.textContent, "*");  // a phone-sized frame
 });
 </script>
+"""
+
+
+# Headless Chromium lays a page out at least this wide, whatever --window-size asks for (a 390 px
+# window renders a 500 px page and crops it); a narrower page is measured inside a frame that wide.
+NARROWEST_WINDOW = 500
+FRAME = """<!DOCTYPE html><html><body style="margin:0">
+<iframe src="{src}" style="border:0;width:{width}px;height:{height}px"></iframe>
+<script>
+window.addEventListener("message", (event) => {{
+  const out = document.createElement("pre");
+  out.id = "overflow-probe";
+  out.textContent = event.data;
+  document.body.appendChild(out);
+}});
+</script></body></html>
 """
 
 
@@ -148,6 +234,10 @@ def overflow_report(page: Path, width: int, tmp_path: Path, height: int = 900) -
 
     probe = page.with_name(f"_probe_{width}_{page.name}")
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    shown = probe
+    if width < NARROWEST_WINDOW:
+        shown = page.with_name(f"_frame_{width}_{page.name}")
+        shown.write_text(FRAME.format(src=probe.name, width=width, height=height), encoding="utf-8")
     try:
         cmd = [
             CHROMIUM,
@@ -155,21 +245,25 @@ def overflow_report(page: Path, width: int, tmp_path: Path, height: int = 900) -
             "--no-sandbox",
             "--disable-gpu",
             "--hide-scrollbars",
-            f"--window-size={width},{height}",
+            f"--window-size={max(width, NARROWEST_WINDOW)},{height}",
             f"--user-data-dir={tmp_path}",
             "--proxy-server=127.0.0.1:9",
             "--virtual-time-budget=20000",
             "--dump-dom",
-            probe.as_uri(),
+            shown.as_uri(),
         ]
-        dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180).stdout
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     finally:
         probe.unlink()
-    found = re.search(r'<pre id="overflow-probe">(.*?)</pre>', dom, flags=re.S)
-    assert found, f"the overflow probe did not run on {page.name}"
+        shown.unlink(missing_ok=True)
+    found = re.search(r'<pre id="overflow-probe">(.*?)</pre>', run.stdout, flags=re.S)
+    assert found, f"the overflow probe did not run on {page.name} (exit {run.returncode}): {run.stderr[-500:]}"
     import html
 
-    return json.loads(html.unescape(found.group(1)))
+    report = json.loads(html.unescape(found.group(1)))
+    laid_out = report.get("viewport_width")
+    assert laid_out == width, f"{page.name} was laid out {laid_out} px wide, not {width}"
+    return report
 
 
 LAPTOP, PHONE = 1366, 390
@@ -178,14 +272,27 @@ LAPTOP, PHONE = 1366, 390
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed")
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_nothing_is_cut_off_on_a_phone_or_a_laptop(page, tmp_path):
-    """No display equation or check line is cut off. On a laptop every equation fits its
-    column; on a phone a long equation may scroll sideways inside its own box, but nothing sticks
-    out of the column or hides behind the theme's overflow:hidden, and check lines wrap."""
+    """No equation, formula, table or check line is cut off. On a laptop every display equation
+    fits its column; on a phone a long one scrolls sideways inside its own box, which opens at the
+    equation's start, shows that it scrolls, and keeps the number within reach. An inline formula
+    or a table wider than the column scrolls too: nothing sticks out of the column or hides behind
+    an overflow:hidden, and check lines wrap."""
     laptop = overflow_report(page, LAPTOP, tmp_path / "laptop")
     assert not laptop["cut"] and not laptop["wide"], f"equations wider than the column at {LAPTOP} px: {laptop}"
+    assert not laptop["off_centre"], f"equations not centred at {LAPTOP} px: {laptop['off_centre']}"
+    assert not laptop["inline_cut"], f"inline formulas cut off at {LAPTOP} px: {laptop['inline_cut']}"
+    assert not laptop["tables_cut"], f"tables cut off at {LAPTOP} px: {laptop['tables_cut']}"
     assert not laptop["lines"], f"output lines overflow at {LAPTOP} px: {laptop['lines']}"
     phone = overflow_report(page, PHONE, tmp_path / "phone")
     assert not phone["cut"], f"equations cut off at {PHONE} px: {phone['cut']}"
+    hidden = phone["start_hidden"]
+    assert not hidden, f"{len(hidden)} of {phone['equations']} equations open with their start hidden: {hidden}"
+    assert not phone["off_centre"], f"equations not centred at {PHONE} px: {phone['off_centre']}"
+    assert not phone["number_lost"], f"equation numbers out of reach at {PHONE} px: {phone['number_lost']}"
+    inline = phone["inline_cut"]
+    assert not inline, f"{len(inline)} of {phone['inlines']} inline formulas cut off at {PHONE} px: {inline}"
+    assert not phone["tables_cut"], f"tables cut off at {PHONE} px: {phone['tables_cut']}"
+    assert not phone["no_cue"], f"boxes that scroll sideways with no visible cue at {PHONE} px: {phone['no_cue']}"
     assert not phone["lines"], f"output lines overflow at {PHONE} px: {phone['lines']}"
 
 
