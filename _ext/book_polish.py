@@ -260,7 +260,7 @@ class SolutionsAfterExercises(SphinxPostTransform):
             node.get("label"): node
             for node in self.document.findall(lambda n: isinstance(n, (exercise_node, exercise_enumerable_node)))
         }
-        for docname, solutions in by_chapter.items():
+        for solutions in by_chapter.values():
             home = solutions[-1].parent
             heading = nodes.raw("", "\n\\subsection*{Solutions}\n", format="latex")
             moved = []
@@ -268,10 +268,14 @@ class SolutionsAfterExercises(SphinxPostTransform):
                 solution.parent.remove(solution)
                 moved.append(solution)
                 exercise = exercises.get(solution.get("target_label"))
-                if exercise is None or docname is None:
+                if exercise is None:
                     continue
-                # sphinx-exercise writes this label (unescaped) for the solution.
-                target = f"{docname}:{solution['label']}"
+                # A label of our own inside the box: sphinx-exercise's stands before it, and is on
+                # the previous page when the box starts a new one.
+                target = f"book-solution:{solution['label']}"
+                first_body = next((i for i, c in enumerate(solution.children) if not isinstance(c, nodes.title)), 0)
+                anchor = f"\\phantomsection\\label{{{target}}}\n"
+                solution.insert(first_body, nodes.raw("", anchor, format="latex"))
                 exercise += nodes.raw(
                     "",
                     f"\n\\par\\hfill{{\\small\\hyperref[{target}]{{Solution: p.~\\pageref*{{{target}}}}}}}\n",

@@ -141,3 +141,23 @@ def test_bibliography_is_in_the_contents_once():
         pytest.skip("no .toc file")
     lines = re.findall(r"\\contentsline \{\w+\}\{Bibliography\}", TOC.read_text(encoding="utf-8"))
     assert len(lines) == 1, f"the contents list the Bibliography {len(lines)} times"
+
+
+def test_each_exercise_names_the_page_of_its_solution():
+    """Solutions follow all of a chapter's exercises; each exercise says where its solution is, and
+    that page (the number in the page's footer) is where the solution's box starts."""
+    pointer, solution_page, exercise = {}, {}, None
+    for page in pdf_pages():
+        lines = [line for line in page.splitlines() if line.strip()]
+        footer = re.search(r"(\d+)\s*$", lines[-1]) if lines else None
+        for line in lines:
+            if m := re.match(r"\s*Exercise (\d+\.\d+)\s*$", line):
+                exercise = m.group(1)
+            if (m := re.search(r"Solution: p\.\s*(\d+)", line)) and exercise:
+                pointer[exercise] = m.group(1)
+            if (m := re.match(r"\s*Solution to Exercise (\d+\.\d+)", line)) and footer:
+                solution_page[m.group(1)] = footer.group(1)
+    assert solution_page, "no solutions found in the PDF"
+    assert pointer.keys() == solution_page.keys(), "an exercise without a pointer to its solution, or the reverse"
+    wrong = {k: (pointer[k], solution_page[k]) for k in pointer if pointer[k] != solution_page[k]}
+    assert not wrong, f"exercise: (page named, page of the solution) {wrong}"
