@@ -5,6 +5,8 @@ Both:
 * Code cells are shown without their glue calls (:func:`without_glue_calls`): the statements that
   only put a computed number into the prose are for the notebook, not for the reader, and were
   about 500 lines of the site's code. A comment line says how many are not shown.
+* An equation reference written in parentheses, "({eq}`label`)", prints "(1.1)", not "((1.1))":
+  ``math_eqref_format`` already puts the number in parentheses.
 
 Website:
 
@@ -13,7 +15,12 @@ Website:
 
 PDF (LaTeX build only):
 
-* Results are numbered as on the website (chapter.number), see :func:`number_results_by_chapter`.
+* Equations, figures, proofs and exercises are numbered as on the website (chapter.number), see
+  :func:`keep_site_numbering`.
+* The Bibliography page holds the bibliography: Sphinx gathers every citation into one list at the
+  very end of the document (after the API reference); it is moved under the page's heading.
+* A chapter's solutions follow all of its exercises, under their own heading, and each exercise
+  says on which page its solution is: on paper, the answer is not printed right under the question.
 * A proof (sphinx-proof's ``{prf:proof}``) becomes amsthm's ``proof`` environment: the heading
   "Proof." and a closing ∎, instead of an admonition box with an empty title bar.
 * A chapter's "References" section is dropped when nothing in it prints: in the PDF its
@@ -26,10 +33,11 @@ import ast
 import re
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx_proof.nodes import proof_node
 
-BOOK_SECNUM_DEPTH = 1  # as numfig_secnum_depth in _config.yml
+BIBLIOGRAPHY_PAGE = "bibliography"  # the document with the {bibliography} directive
 HASHLIKE = re.compile(r"[0-9a-f]{16,}|.*\.(png|svg|jpe?g)")
 PROOF_PREFIX = "Proof. "  # added by sphinx-proof to the first paragraph; amsthm prints its own
 
@@ -159,25 +167,130 @@ def _is_latex(app) -> bool:
     return isinstance(app.builder, LaTeXBuilder)
 
 
-def number_results_by_chapter(app, env) -> None:
-    """sphinx-jupyterbook-latex raises ``numfig_secnum_depth`` to 2 for a book with parts: LaTeX's
-    own counters (equations, figures) need it, one level down from the parts, but Sphinx also
-    uses it for the numbers it assigns itself (proofs, exercises), which then count per section
-    ("Proposition 3.4.1") where the website counts per chapter ("Proposition 3.5"). Those numbers
-    are assigned with the website's depth; LaTeX's setting is restored before writing."""
+def keep_site_numbering(app) -> None:
+    """sphinx-jupyterbook-latex raises ``numfig_secnum_depth`` to 2 for a book with parts (at
+    builder-inited). LaTeX needs that value: one level below the parts, its equation and figure
+    counters then restart at each chapter and print "1.1". But Sphinx also numbers proofs and
+    exercises itself with the same setting, which would then count per section ("Proposition
+    3.4.1") where the website counts per chapter ("Proposition 3.5"). So Sphinx numbers with the
+    website's depth, and only the LaTeX writer (see :func:`latex_depth_for_writer`) sees LaTeX's.
+
+    The value must not depend on the order of builds: the PDF build reuses the website's pickled
+    environment when nothing changed, and then neither reads nor checks a document."""
     if _is_latex(app):
-        env.book_latex_secnum_depth = app.config["numfig_secnum_depth"]
-        app.config["numfig_secnum_depth"] = BOOK_SECNUM_DEPTH
+        app.env.book_latex_secnum_depth = app.config["numfig_secnum_depth"]
+        app.config["numfig_secnum_depth"] = app.book_site_secnum_depth
 
 
-def restore_latex_depth(app, env) -> None:
-    if _is_latex(app) and hasattr(env, "book_latex_secnum_depth"):
-        app.config["numfig_secnum_depth"] = env.book_latex_secnum_depth
+def remember_site_depth(app, config) -> None:
+    app.book_site_secnum_depth = config["numfig_secnum_depth"]
+
+
+def latex_depth_for_writer(app, doctree, docname) -> None:
+    # The LaTeX builder resolves the assembled book (doctree-resolved) after every number is
+    # assigned and the environment is pickled, and then writes it.
+    if _is_latex(app) and hasattr(app.env, "book_latex_secnum_depth"):
+        app.config["numfig_secnum_depth"] = app.env.book_latex_secnum_depth
+
+
+class SingleParenthesesAroundEquationRefs(SphinxPostTransform):
+    """ "({eq}`x`)" in the source would print "((1.1))" with ``math_eqref_format = "({number})"``."""
+
+    default_priority = 4  # before the references are resolved (and, in LaTeX, rewritten)
+
+    def run(self, **kwargs) -> None:
+        if "(" not in (self.config.math_eqref_format or "("):
+            return
+        for ref in list(self.document.findall(addnodes.pending_xref)):
+            if ref.get("refdomain") != "math" or ref.get("reftype") != "eq":
+                continue
+            before, after = ref.previous_sibling(), ref.next_node(descend=False, siblings=True)
+            if not (isinstance(before, nodes.Text) and isinstance(after, nodes.Text)):
+                continue
+            if before.endswith("(") and after.startswith(")"):
+                before.parent.replace(before, nodes.Text(before[:-1]))
+                after.parent.replace(after, nodes.Text(after[1:]))
+
+
+class BibliographyOnItsPage(SphinxPostTransform):
+    """Sphinx's BibliographyTransform (and sphinx-jupyterbook-latex) put the list of citations at
+    the end of the document. It belongs on the page that has the ``{bibliography}`` directive
+    (the preamble drops the list's own ``\\chapter*`` heading, so the page's heading is its only
+    heading and its only line in the contents)."""
+
+    default_priority = 900
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        from sphinx.builders.latex.nodes import thebibliography
+
+        lists = list(self.document.findall(thebibliography))
+        page = next(
+            (f for f in self.document.findall(addnodes.start_of_file) if f.get("docname") == BIBLIOGRAPHY_PAGE),
+            None,
+        )
+        section = page.next_node(nodes.section) if page is not None else None
+        if not lists or section is None:
+            return
+        for bib in lists:
+            bib.parent.remove(bib)
+            section += bib
+
+
+class SolutionsAfterExercises(SphinxPostTransform):
+    """In print, a solution right under its exercise is read before the exercise is tried. The
+    chapter's solutions move to the end of the section that holds its last one (the chapter's
+    "Follow-up questions"), under a heading of their own, and each exercise gets a line saying on
+    which page its solution is. They stay in their chapter, where their footnotes are numbered."""
+
+    default_priority = 910
+    formats = ("latex",)
+
+    def run(self, **kwargs) -> None:
+        from sphinx_exercise.nodes import exercise_enumerable_node, exercise_node, solution_node
+
+        registry = getattr(self.env, "sphinx_exercise_registry", {})
+        # By the exercise's document: in the assembled book, a chapter's top nodes still name their
+        # own document as parent, not the start_of_file node that holds them.
+        by_chapter: dict[str, list[nodes.Element]] = {}
+        for solution in self.document.findall(solution_node):
+            docname = registry.get(solution.get("target_label"), {}).get("docname")
+            by_chapter.setdefault(docname, []).append(solution)
+        exercises = {
+            node.get("label"): node
+            for node in self.document.findall(lambda n: isinstance(n, (exercise_node, exercise_enumerable_node)))
+        }
+        for solutions in by_chapter.values():
+            home = solutions[-1].parent
+            heading = nodes.raw("", "\n\\subsection*{Solutions}\n", format="latex")
+            moved = []
+            for solution in solutions:
+                solution.parent.remove(solution)
+                moved.append(solution)
+                exercise = exercises.get(solution.get("target_label"))
+                if exercise is None:
+                    continue
+                # A label of our own inside the box: sphinx-exercise's stands before it, and is on
+                # the previous page when the box starts a new one.
+                target = f"book-solution:{solution['label']}"
+                first_body = next((i for i, c in enumerate(solution.children) if not isinstance(c, nodes.title)), 0)
+                anchor = f"\\phantomsection\\label{{{target}}}\n"
+                solution.insert(first_body, nodes.raw("", anchor, format="latex"))
+                exercise += nodes.raw(
+                    "",
+                    f"\n\\par\\hfill{{\\small\\hyperref[{target}]{{Solution: p.~\\pageref*{{{target}}}}}}}\n",
+                    format="latex",
+                )
+            home += [heading, *moved]
 
 
 def setup(app):
-    app.connect("env-updated", number_results_by_chapter)  # before Sphinx numbers them (env-get-updated)
-    app.connect("env-check-consistency", restore_latex_depth)  # after, and before LaTeX is written
+    app.connect("config-inited", remember_site_depth)
+    app.connect("builder-inited", keep_site_numbering, priority=900)  # after sphinx-jupyterbook-latex
+    app.connect("doctree-resolved", latex_depth_for_writer)
+    app.add_post_transform(SingleParenthesesAroundEquationRefs)
+    app.add_post_transform(BibliographyOnItsPage)
+    app.add_post_transform(SolutionsAfterExercises)
     app.add_post_transform(CaptionsAsAltText)
     app.add_post_transform(HideGlueCalls)
     app.add_post_transform(LatexProofs)
