@@ -77,9 +77,10 @@ lint: $(STAMP)
 check-wheel: $(STAMP)
 	$(BIN)/python tools/check_wheel.py
 
-# After make html: the site works offline (assets local, math rendered by headless Chromium).
+# After make html: the site works offline (assets local, math rendered by headless Chromium), and its
+# search, served over http from 127.0.0.1, finds every chapter by the phrasings the book lists for it.
 check-site: $(STAMP)
-	$(BIN)/python -m pytest -p no:xdist -q tests/pages/test_site.py tests/pages/test_study.py
+	$(BIN)/python -m pytest -p no:xdist -q tests/pages/test_site.py tests/pages/test_study.py tests/pages/test_search.py
 
 # JupyterLab with MyST rendering (requirements-lab.txt). Jupyter refuses to start as root unless told;
 # root is normal in a container.
