@@ -27,6 +27,7 @@ index and stayed "why" in the query. What this extension does:
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import snowballstemmer
 from docutils import nodes
@@ -81,7 +82,9 @@ var splitQuery = (query) => {
     }
     return out;
   };
+  // NFKC, as the index does (BookChinese.split): a title's "dₖ" (U+2096) is the word "dk".
   return query
+    .normalize("NFKC")
     .split(/[^\p{Letter}\p{Number}_\p{Emoji_Presentation}]+/gu)
     .flatMap((token) => token.match(/\p{Script=Han}+|\P{Script=Han}+/gu) || [])
     .flatMap((part) => (han.test(part) ? cut(part) : [part]))
@@ -102,6 +105,8 @@ class BookChinese(SearchChinese):
         self.phrases = sorted(_BOOK_PHRASES)
 
     def split(self, input: str) -> list[str]:
+        # NFKC on both sides (the browser's splitter too): a title's "dₖ" (U+2096) is the word "dk".
+        input = unicodedata.normalize("NFKC", input)
         return super().split(input) + [p for p in self.phrases if p in input]
 
 
