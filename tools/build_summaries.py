@@ -190,9 +190,15 @@ def at_a_glance(sheet: dict) -> str:
     return "\n".join(
         [
             GLANCE_START,
+            # the class lets reading.css stack the two cells on a phone, where the formula left too
+            # little width for the number
+            "```{table}",
+            ":class: at-a-glance",
+            "",
             "| Formula | Number to remember |",
             "| --- | --- |",
             f"| {table_cell(sheet['formula'])} | {table_cell(sheet['remember'])} |",
+            "```",
             GLANCE_END,
             "",
         ]
