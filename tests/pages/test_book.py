@@ -147,6 +147,11 @@ def test_intro_question_index_links_every_chapter():
         title = re.search(r"^# (.+)$", "".join(load(path)["cells"][0]["source"]), flags=re.M).group(1)
         shown = re.search(rf"\{{ref\}}`([^`<]+?) <{label}>`", intro).group(1)
         assert title.startswith(shown), f"intro calls {label} {shown!r}; its title is {title!r}"
+        # likewise in Chinese: the 问题 cell is the chapter's 中文 question, or its first questions
+        zh = re.search(r"^\*\*中文：(.+?)\*\*$", "".join(load(path)["cells"][0]["source"]), flags=re.M).group(1)
+        row = next(line for line in intro.splitlines() if f"<{label}>`" in line)
+        asked = row.split("|")[3].strip()
+        assert zh.startswith(asked) and asked.endswith("？"), f"intro asks {label} {asked!r} in Chinese; it asks {zh!r}"
 
 
 def test_cheatsheet_and_wrong_answers_are_generated_from_the_chapters():
