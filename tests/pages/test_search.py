@@ -17,8 +17,7 @@ import functools
 import html
 import json
 import re
-import shutil
-import subprocess
+import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -26,9 +25,10 @@ from urllib.parse import quote, urlsplit
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from test_site import CHROMIUM, SITE, run_chromium  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
-SITE = ROOT / "_build" / "html"
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 pytestmark = [
     pytest.mark.requires_chromium,
@@ -163,23 +163,8 @@ def server():
 
 
 def chromium_dom(url: str, user_dir: Path) -> str:
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={user_dir}",
-        # Nothing but this machine: the site must not need the network (loopback bypasses the proxy).
-        "--proxy-server=127.0.0.1:9",
-        "--virtual-time-budget=30000",
-        "--dump-dom",
-        url,
-    ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180).stdout
+    # Nothing but this machine: the site must not need the network (loopback bypasses the proxy).
+    dom = run_chromium(url, user_dir, budget_ms=30000).stdout
     assert "</html>" in dom, "Chromium did not return the page"
     return dom
 

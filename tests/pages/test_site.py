@@ -22,6 +22,30 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 pytestmark = pytest.mark.skipif(not (SITE / "index.html").exists(), reason="website not built (run make html)")
 
 
+def run_chromium(url: str, user_dir: Path, *flags: str, budget_ms: int = 20000, timeout: int = 180):
+    """Headless Chromium with ``--dump-dom`` on ``url``, no network (a dead proxy; loopback, as
+    Chromium bypasses proxies for it, still works unless ``flags`` say otherwise) and no background
+    services. Returns the completed process (its stdout is the page's DOM after ``budget_ms`` of
+    virtual time)."""
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={user_dir}",
+        "--proxy-server=127.0.0.1:9",
+        *flags,
+        f"--virtual-time-budget={budget_ms}",
+        "--dump-dom",
+        url,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
 def local_refs(html: str, page: Path):
     for attr, url in re.findall(r'\b(src|href)="([^"#]+)', html):
         parsed = urlparse(url)
@@ -83,24 +107,9 @@ def test_chapters_have_figures():
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
 def test_math_renders_offline_in_chromium(page, tmp_path):
     """Headless Chromium with networking off loads the page from file:// and MathJax typesets it."""
-    cmd = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path}",
-        "--proxy-server=127.0.0.1:9",
-        "--proxy-bypass-list=<-loopback>",
-        "--virtual-time-budget=15000",
-        "--dump-dom",
-        page.as_uri(),
-    ]
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    dom = run_chromium(
+        page.as_uri(), tmp_path, "--disable-quic", "--proxy-bypass-list=<-loopback>", budget_ms=15000, timeout=120
+    ).stdout
     assert "</html>" in dom, "Chromium did not return the page"
     rendered = len(re.findall(r"<mjx-container", dom))
     assert rendered > 0, f"MathJax rendered no math on {page.name}"
@@ -239,20 +248,8 @@ def overflow_report(page: Path, width: int, tmp_path: Path, height: int = 900) -
         shown = page.with_name(f"_frame_{width}_{page.name}")
         shown.write_text(FRAME.format(src=probe.name, width=width, height=height), encoding="utf-8")
     try:
-        cmd = [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            f"--window-size={max(width, NARROWEST_WINDOW)},{height}",
-            f"--user-data-dir={tmp_path}",
-            "--proxy-server=127.0.0.1:9",
-            "--virtual-time-budget=20000",
-            "--dump-dom",
-            shown.as_uri(),
-        ]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+        window = f"--window-size={max(width, NARROWEST_WINDOW)},{height}"
+        run = run_chromium(shown.as_uri(), tmp_path, "--hide-scrollbars", window)
     finally:
         probe.unlink()
         shown.unlink(missing_ok=True)

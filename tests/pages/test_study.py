@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 import build_study  # noqa: E402
-from test_site import CHROMIUM, SITE, local_refs  # noqa: E402
+from test_site import CHROMIUM, SITE, local_refs, run_chromium  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
@@ -250,18 +250,7 @@ def test_selftest_works_offline_in_chromium(tmp_path):
     probe = page.with_name("_probe_selftest.html")
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8")
     try:
-        cmd = [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            f"--user-data-dir={tmp_path}",
-            "--proxy-server=127.0.0.1:9",  # no network: everything the page needs is local
-            "--virtual-time-budget=20000",
-            "--dump-dom",
-            probe.as_uri(),
-        ]
-        dom = subprocess.run(cmd, capture_output=True, text=True, timeout=180).stdout
+        dom = run_chromium(probe.as_uri(), tmp_path).stdout  # no network: everything the page needs is local
     finally:
         probe.unlink()
     found = re.search(r'<pre id="selftest-probe"[^>]*>(.*?)</pre>', dom, re.S)
