@@ -293,6 +293,17 @@ def test_train_linear_code_learns_a_short_copy_and_beats_the_random_start():
     assert np.all(np.diff(run.curve[:, 0].mean(axis=1)) >= -0.01)
 
 
+def test_train_linear_code_in_float32_stays_float32_and_follows_the_float64_run():
+    kwargs = dict(seeds=[0, 1], lrs=[0.03, 0.1], steps=50, batch_size=16, eval_size=64, n_checkpoints=2)
+    run32 = train_linear_code(4, 8, 4, dtype="float32", **kwargs)
+    run64 = train_linear_code(4, 8, 4, **kwargs)
+    for k in run32.params:  # a float64 learning rate or one-hot would silently promote the whole run
+        assert run32.params[k].dtype == np.float32 and run64.params[k].dtype == np.float64
+        # 50 Adam steps of rounding at float32's 6e-8: far below the parameters' O(0.1) movement
+        np.testing.assert_allclose(run32.params[k], run64.params[k], atol=2e-4)
+    np.testing.assert_allclose(run32.loss, run64.loss, rtol=1e-4)
+
+
 def test_train_linear_code_validates():
     with pytest.raises(ValueError, match="n_checkpoints"):
         train_linear_code(2, 4, 4, [0], 0.1, steps=3, n_checkpoints=4)
@@ -300,6 +311,8 @@ def test_train_linear_code_validates():
         train_linear_code(2, 4, 4, [0], [0.1, -1.0], steps=3, n_checkpoints=1)
     with pytest.raises(ValueError, match="seeds"):
         train_linear_code(2, 4, 4, [0, 0], 0.1, steps=3, n_checkpoints=1)
+    with pytest.raises(ValueError, match="dtype"):
+        train_linear_code(2, 4, 4, [0], 0.1, steps=3, n_checkpoints=1, dtype="float16")
 
 
 def test_pick_learning_rate_best_accuracy_then_lower_loss():
