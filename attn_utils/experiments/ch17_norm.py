@@ -3,7 +3,7 @@
 * :func:`layer_norm`, :func:`rms_norm`: the two normalisations, written once (autograd-differentiable).
 * :func:`init_stack_gradients`: residual MLP stacks at initialisation, Post-LN or Pre-LN, of several
   depths; the residual stream's variance and the gradient of each block's weights, by autograd.
-* :func:`train_stacks`: small attention + MLP Transformers, Post-LN or Pre-LN, trained with the
+* :func:`train_stacks`: residual MLP stacks (no attention), Post-LN or Pre-LN, trained with the
   harness's Adam over seeds and learning rates at once, with or without a linear warm-up.
 * :func:`norm_ops`: the elementwise operations each normalisation executes, counted from its code.
 """
