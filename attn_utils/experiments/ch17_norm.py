@@ -104,17 +104,20 @@ def draw_mlp_stack(rng: np.random.Generator, n_draws: int, n_layers: int, d: int
     return x0, w, w1, w2
 
 
-def depth_sweep(rng, depths: Sequence[int], n_draws: int = 64, d: int = 32, d_ff: int = 64, w2_scale=None):
-    """For each depth L, ``n_draws`` fresh stacks, each differentiated as Post-LN and as Pre-LN
+def depth_sweep(
+    rng, depths: Sequence[int], n_draws: int = 64, d: int = 32, d_ff: int = 64, w2_scale=None, placements=PLACEMENTS
+):
+    """For each depth L, ``n_draws`` fresh stacks, each differentiated in every placement of ``placements``
     (:func:`init_stack_gradients`). ``w2_scale(L)`` optionally shrinks the blocks' W2 at depth L.
 
     Returns ``{where: {"var": (N, K), "grad": (N, K), "share": (N, K)}}``: the last block's
     ``‖x_L‖²/d``, the gradient norm of its W2, and its share ``‖x_L − x_{L−1}‖² / ‖x_L‖²`` of the stream.
     """
-    out = {w: {"var": [], "grad": [], "share": []} for w in PLACEMENTS}
+    placements = tuple(_placement(w) for w in placements)
+    out = {w: {"var": [], "grad": [], "share": []} for w in placements}
     for L in depths:
         draw = draw_mlp_stack(rng, n_draws, L, d, d_ff, 1.0 if w2_scale is None else w2_scale(L))
-        for where in PLACEMENTS:
+        for where in placements:
             res = init_stack_gradients(draw, where)
             _, streams = residual_stack(draw[0][:, None, :], draw[2], draw[3], where)
             before = draw[0] if L == 1 else streams[-2][:, 0]

@@ -58,6 +58,11 @@ def test_stack_gradient_matches_closed_form_and_stream_laws():
     big = ex.depth_sweep(np.random.default_rng(3), (8,), n_draws=400, d=32, d_ff=64)
     se = big["pre"]["var"].std() / np.sqrt(400)
     assert abs(big["pre"]["var"].mean() - 9.0) < 5 * se
+    only_pre = ex.depth_sweep(np.random.default_rng(3), (8,), n_draws=400, d=32, d_ff=64, placements=("pre",))
+    assert set(only_pre) == {"pre"}  # the same draws, one placement differentiated
+    np.testing.assert_array_equal(only_pre["pre"]["grad"], big["pre"]["grad"])
+    with pytest.raises(ValueError, match="where must be one of"):
+        ex.depth_sweep(np.random.default_rng(3), (8,), placements=("middle",))
 
 
 def test_depth_slopes_recover_a_power_law():
