@@ -634,7 +634,7 @@ def _per_parameter(name: str, value, params: Params) -> dict:
     return {k: value for k in params}
 
 
-def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8):
+def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8, schedule=None):
     """The book's one Adam: returns ``step(params, grads, t) -> params`` (``t`` counts from 1).
 
     The moments are kept in the parameters' dtype and updated in place; gradients of another
@@ -642,13 +642,19 @@ def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8)
 
     ``lr`` and ``eps`` are a number, or per parameter (see :func:`_per_parameter`), so one loop
     can train many learning rates or ε (one per seed slot) at once.
+    ``schedule`` : optional ``schedule(t) -> factor``; update ``t`` uses the rate ``lr · schedule(t)``
+    (a linear warm-up is ``lambda t: min(1, t / t_warm)``). The factor is a number, or per parameter
+    like ``lr`` (e.g. one factor per seed slot). ``None`` keeps the rate constant.
     """
+    if schedule is not None and not callable(schedule):
+        raise TypeError(f"schedule must be callable (t -> factor) or None, received {type(schedule).__name__}")
     lr, eps = _per_parameter("lr", lr, params), _per_parameter("eps", eps, params)
     m = {k: np.zeros_like(v) for k, v in params.items()}
     s = {k: np.zeros_like(v) for k, v in params.items()}
 
     def step(params: Params, grads: Params, t: int) -> Params:
         out = {}
+        factor = None if schedule is None else _per_parameter("schedule(t)", schedule(t), params)
         for k in params:
             # the moments in place (the same products and sums, so the same numbers, with fewer temporaries)
             m[k] *= beta1
@@ -656,7 +662,8 @@ def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8)
             s[k] *= beta2
             s[k] += (1 - beta2) * grads[k] ** 2
             m_hat, s_hat = m[k] / (1 - beta1**t), s[k] / (1 - beta2**t)
-            out[k] = params[k] - lr[k] * m_hat / (np.sqrt(s_hat) + eps[k])
+            rate = lr[k] if factor is None else lr[k] * factor[k]
+            out[k] = params[k] - rate * m_hat / (np.sqrt(s_hat) + eps[k])
         return out
 
     return step

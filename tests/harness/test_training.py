@@ -380,3 +380,29 @@ def test_the_objective_checks_its_batch_like_the_loss():
         f(params, np.full_like(batch.x, -1), batch.y)  # -1 would index the last row of the one-hot silently
     with pytest.raises(ValueError, match="one batch per step"):
         optimise(f, params, batch.x[:0], batch.y[:0], adam(params, 0.1))
+
+
+def test_adam_schedule_multiplies_the_rate_of_each_update():
+    """``schedule(t)`` scales update t's rate: a constant factor is the same as a smaller rate, a linear
+    warm-up's first update is 1/t_warm of the full one, and no schedule leaves Adam unchanged."""
+    rng = np.random.default_rng(0)
+    params = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(4)}
+    grads = [{k: rng.standard_normal(v.shape) for k, v in params.items()} for _ in range(5)]
+
+    def run(step):
+        p = dict(params)
+        for t, g in enumerate(grads, start=1):
+            p = step(p, g, t)
+        return p
+
+    half, scheduled = run(adam(params, 0.05)), run(adam(params, 0.1, schedule=lambda t: 0.5))
+    for k in params:
+        np.testing.assert_allclose(scheduled[k], half[k], rtol=1e-14)
+    plain, none = run(adam(params, 0.1)), run(adam(params, 0.1, schedule=None))
+    assert all(np.array_equal(plain[k], none[k]) for k in params)
+    first_full = adam(params, 0.1)(params, grads[0], 1)
+    first_warm = adam(params, 0.1, schedule=lambda t: min(1.0, t / 4))(params, grads[0], 1)
+    for k in params:
+        np.testing.assert_allclose(first_warm[k] - params[k], (first_full[k] - params[k]) / 4, rtol=1e-12)
+    with pytest.raises(TypeError, match="schedule must be callable"):
+        adam(params, 0.1, schedule=0.5)

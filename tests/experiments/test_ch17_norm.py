@@ -1,0 +1,99 @@
+"""Chapter 17's module: the two normalisations, the residual stacks at initialisation, the trained stacks,
+and the operation counter."""
+
+import numpy as np
+import pytest
+from autograd import grad
+
+from attn_utils.experiments import ch17_norm as ex
+
+
+def test_layer_norm_and_rms_norm_definitions_and_invariances():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 8))
+    y = ex.layer_norm(x, eps=0.0)
+    np.testing.assert_allclose(y.mean(-1), 0, atol=1e-12)
+    np.testing.assert_allclose(y.var(-1), 1, rtol=1e-12)
+    np.testing.assert_allclose(ex.layer_norm(2.5 * x + 4.0, eps=0.0), y, rtol=1e-10, atol=1e-12)
+    r = ex.rms_norm(x, eps=0.0)
+    np.testing.assert_allclose((r**2).mean(-1), 1, rtol=1e-12)
+    np.testing.assert_allclose(ex.rms_norm(3.0 * x, eps=0.0), r, rtol=1e-12)
+    assert not np.allclose(ex.rms_norm(x + 1.0, eps=0.0), r)
+    # LN(x) = RMSNorm(x − mean): they coincide on zero-mean inputs
+    np.testing.assert_allclose(ex.rms_norm(x - x.mean(-1, keepdims=True)), ex.layer_norm(x), rtol=1e-12)
+    g, b = rng.uniform(0.5, 2, 8), rng.standard_normal(8)
+    np.testing.assert_allclose(ex.layer_norm(x, g, b), ex.layer_norm(x) * g + b, rtol=1e-12)
+    np.testing.assert_allclose(ex.rms_norm(x, g), ex.rms_norm(x) * g, rtol=1e-12)
+
+
+def test_norm_arguments_are_validated():
+    with pytest.raises(ValueError, match="gain must have last axis"):
+        ex.layer_norm(np.ones((2, 4)), gain=np.ones(3))
+    with pytest.raises(ValueError, match="x must have a last axis"):
+        ex.layer_norm(np.ones((2, 1)))
+    with pytest.raises(ValueError, match="where must be one of"):
+        ex.residual_stack(np.ones((1, 1, 4)), [], [], "middle")
+    with pytest.raises(ValueError, match="norm must be"):
+        ex.norm_ops(np.tanh, 8)
+
+
+def test_layer_norm_jacobian_is_projection_over_scale():
+    rng = np.random.default_rng(1)
+    z, w = rng.standard_normal(6), rng.standard_normal(6)
+    g = grad(lambda v: np.sum(ex.layer_norm(v, eps=0.0) * w))(z)
+    y = ex.layer_norm(z, eps=0.0)
+    proj = np.eye(6) - np.ones((6, 6)) / 6 - np.outer(y, y) / 6
+    np.testing.assert_allclose(g, proj @ w / z.std(), rtol=1e-10)
+
+
+def test_stack_gradient_matches_closed_form_and_stream_laws():
+    rng = np.random.default_rng(2)
+    draw = ex.draw_mlp_stack(rng, 8, 4, 16, 32)
+    for where in ex.PLACEMENTS:
+        res = ex.init_stack_gradients(draw, where)
+        assert res.grad_norm.shape == res.stream_var.shape == (8, 4)
+        np.testing.assert_allclose(res.grad_norm[:, -1], ex.last_block_gradient(draw, where), rtol=1e-10)
+    post = ex.init_stack_gradients(draw, "post")
+    np.testing.assert_allclose(post.stream_var, 1.0, rtol=1e-4)  # LayerNorm outputs (ε = 1e-5)
+    big = ex.depth_sweep(np.random.default_rng(3), (8,), n_draws=400, d=32, d_ff=64)
+    se = big["pre"]["var"].std() / np.sqrt(400)
+    assert abs(big["pre"]["var"].mean() - 9.0) < 5 * se
+    only_pre = ex.depth_sweep(np.random.default_rng(3), (8,), n_draws=400, d=32, d_ff=64, placements=("pre",))
+    assert set(only_pre) == {"pre"}  # the same draws, one placement differentiated
+    np.testing.assert_array_equal(only_pre["pre"]["grad"], big["pre"]["grad"])
+    with pytest.raises(ValueError, match="where must be one of"):
+        ex.depth_sweep(np.random.default_rng(3), (8,), placements=("middle",))
+
+
+def test_depth_slopes_recover_a_power_law():
+    depths = np.array([1, 2, 4, 8])
+    values = np.stack([3.0 * (1 + depths) ** -0.5, 2.0 * (1 + depths) ** 0.25])
+    np.testing.assert_allclose(ex.depth_slopes(depths, values), [-0.5, 0.25], rtol=1e-12)
+    with pytest.raises(ValueError, match="values must be"):
+        ex.depth_slopes(depths, values[:, :3])
+
+
+def test_warmup_factor():
+    np.testing.assert_allclose(ex.warmup_factor(5, [0, 10, 4]), [1.0, 0.5, 1.0])
+    with pytest.raises(ValueError, match="t_warm"):
+        ex.warmup_factor(1, [-1])
+
+
+def test_train_stacks_shapes_pairing_and_seed_independence():
+    task = ex.teacher_task(np.random.default_rng(4), d_in=8, width=8, n_classes=3)
+    cfg = ex.StackConfig(where="post", d_model=8, d_ff=8, n_layers=2)
+    both = ex.train_stacks(cfg, task, [5, 6], [1e-2, 3e-2], warmups=(0, 5), steps=6, batch_size=4, eval_size=16)
+    assert both.loss.shape == (6, 2, 2, 2) and both.accuracy.shape == (2, 2, 2)
+    # the first loss is before any update: the same for every (warm-up, rate) of a seed
+    np.testing.assert_allclose(both.loss[0], np.broadcast_to(both.loss[0, 0, 0], (2, 2, 2)), rtol=1e-12)
+    one = ex.train_stacks(cfg, task, [6], [3e-2], warmups=(5,), steps=6, batch_size=4, eval_size=16)
+    np.testing.assert_allclose(one.loss[:, 0, 0, 0], both.loss[:, 1, 1, 1], rtol=1e-9)
+    with pytest.raises(ValueError, match="lrs and warmups"):
+        ex.train_stacks(cfg, task, [5], [], steps=2)
+
+
+def test_norm_ops_counts():
+    assert ex.norm_ops(ex.layer_norm, 32) == {"per_feature": 7, "per_vector": 4}
+    assert ex.norm_ops(ex.rms_norm, 32) == {"per_feature": 4, "per_vector": 3}
+    assert ex.norm_ops(ex.layer_norm, 32, affine=False)["per_feature"] == 5
+    assert ex.norm_ops(ex.rms_norm, 32, affine=False)["per_feature"] == 3
