@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import harness as hz
-from ..softmax import entropy, softmax
+from ..harness.tasks import IGNORE
+from ..softmax import entropy, log_softmax, softmax
 from ..validation import int_at_least, positive_int, positive_scalar
 
 
@@ -64,6 +65,57 @@ def absent_keyword_task(n: int = 12, n_filler: int = 64, n_keywords: int = 4) ->
     return hz.Task("absent_keyword", bos + 1, n, n_kw + 1, False, sample, options)
 
 
+def bigram_backcopy_task(
+    rng: np.random.Generator, n: int = 16, n_tokens: int = 16, n_triggers: int = 2, concentration: float = 0.2
+) -> hz.Task:
+    """Bigram-backcopy (after Guo et al. 2024, arXiv:2410.13835v2): BOS, then tokens drawn from a fixed
+    random bigram table, except that after a *trigger* token the next token copies the token before it.
+
+    Token ids: ordinary tokens ``[0, n_tokens)``, of which ``[0, n_triggers)`` are triggers; BOS =
+    ``n_tokens`` at position 0. Position 1 holds a uniform non-trigger token. For ``i ≥ 1``:
+    ``x_{i+1} = x_{i−1}`` if ``x_i`` is a trigger, else ``x_{i+1} ~ table[x_i]``. The table (rows from a
+    Dirichlet(``concentration``), drawn once from ``rng``) is fixed for the task. Per-position target
+    ``y_i = x_{i+1}`` (positions ``0 … n − 2``; the last is not scored). ``info["trigger"]`` (batch, n)
+    marks the scored positions whose token is a trigger (their target is a copy of ``x_{i−1}``).
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (the chapter's), received {type(rng).__name__}")
+    n = int_at_least("n", n, 4)
+    V = int_at_least("n_tokens", n_tokens, 2)
+    T = positive_int("n_triggers", n_triggers)
+    if T >= V:
+        raise ValueError(f"n_triggers must be < n_tokens={V}, received {T}")
+    conc = positive_scalar("concentration", concentration)
+    table = rng.dirichlet(np.full(V, conc), size=V)  # (V, V): row a is the law of the token after a
+
+    def sample(g: np.random.Generator, batch: int) -> hz.TaskBatch:
+        x = backcopy_chain(g, table, T, batch, n)
+        y = np.full((batch, n), IGNORE, dtype=np.int64)
+        y[:, :-1] = x[:, 1:]
+        trigger = np.zeros((batch, n), bool)
+        trigger[:, 1:-1] = x[:, 1:-1] < T
+        return hz.TaskBatch(x, y, {"trigger": trigger})
+
+    options = {"n": n, "n_tokens": V, "n_triggers": T, "bos": V, "table": table}
+    return hz.Task("bigram_backcopy", V + 1, n, V, True, sample, options)
+
+
+def backcopy_chain(g: np.random.Generator, table: np.ndarray, n_triggers: int, batch: int, length: int) -> np.ndarray:
+    """(batch, length) sequences of the bigram-backcopy chain: BOS (= ``len(table)``), a uniform
+    non-trigger token, then bigram draws, a trigger's successor copying the token before the trigger."""
+    V, T = len(table), n_triggers
+    cumulative = np.cumsum(table, axis=1)
+    x = np.empty((batch, length), dtype=np.int64)
+    x[:, 0] = V
+    x[:, 1] = g.integers(T, V, size=batch)
+    u = g.random((batch, length))
+    for i in range(1, length - 1):  # a Markov chain: each token depends on the ones before
+        drawn = np.minimum((u[:, i, None] > cumulative[x[:, i]]).sum(axis=1), V - 1)
+        copy = x[:, i - 1] if i > 1 else drawn  # position 1 is never a trigger
+        x[:, i + 1] = np.where(x[:, i] < T, copy, drawn)
+    return x
+
+
 # --------------------------------------------------------------------------- training
 def train_lr_sweep(
     config: hz.ModelConfig, task: hz.Task, seeds, lrs, steps: int = 300, batch_size: int = 32, eval_size: int = 512
@@ -97,6 +149,141 @@ def train_lr_sweep(
         "eval": hz.evaluate(params, config, task, held_out),
         "eval_batch": held_out,
     }
+
+
+NO_SINK = -1e4
+"""A sink logit that switches the sink off: ``exp(−10⁴)`` is exactly 0 in float32 and float64."""
+
+
+def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: int = 16, eval_size: int = 256) -> dict:
+    """Train several groups of models side by side in one vectorised loop (Adam, the harness's loop).
+
+    config : a model with ``sink="learned"``; groups : a sequence of ``(task, sink, lr)`` with
+    ``sink`` ``"none"`` (the sink logit set to :data:`NO_SINK` and never updated: exactly the plain
+    softmax) or ``"learned"`` (init 0, trained); all tasks must share vocabulary and length.
+    Every group uses the same ``seeds``: the same initialisation (the sink logit aside) and the same
+    batch streams, so two groups on one task differ only in the sink and the rate (a paired comparison).
+    Returns ``params`` and ``loss`` (steps, slots) with slots group-major (group ``g`` =
+    ``slots g·S … g·S + S − 1``), ``select`` (slots,) held-out loss on stream 5 for choosing a rate and
+    ``eval_batch`` from stream 2 for evaluation (never the same data).
+    """
+    if config.sink != "learned":
+        raise ValueError(f"config.sink must be 'learned' (groups switch it off), received {config.sink!r}")
+    seeds = hz.seed_tuple(seeds)
+    groups = list(groups)
+    if not groups:
+        raise ValueError("groups must not be empty")
+    for task, sink, _ in groups:
+        if sink not in ("none", "learned"):
+            raise ValueError(f"sink must be 'none' or 'learned', received {sink!r}")
+        if (task.vocab_size, task.seq_len) != (groups[0][0].vocab_size, groups[0][0].seq_len):
+            raise ValueError("every group's task must have the same vocab_size and seq_len")
+    steps, batch_size = positive_int("steps", steps), positive_int("batch_size", batch_size)
+    S = len(seeds)
+
+    def stack(parts, axis=0):
+        return np.concatenate(parts, axis=axis)
+
+    inits = [hz.init_params(config, task, seeds) for task, _, _ in groups]
+    params = {k: stack([p[k] for p in inits]) for k in inits[0]}
+    off = np.repeat([sink == "none" for _, sink, _ in groups], S)
+    params["L0.sink_logit"] = np.where(off[:, None], NO_SINK, 0.0).astype(config.dtype)
+    rate = np.repeat([positive_scalar("lr", lr) for _, _, lr in groups], S)
+    rates = {k: rate.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()}
+    rates["L0.sink_logit"] = np.where(off, 0.0, rate)[:, None]
+    batches = [hz.step_batches(task, seeds, steps, batch_size) for task, _, _ in groups]
+    xs, ys = stack([b[0] for b in batches], 1), stack([b[1] for b in batches], 1)
+    losses, params = hz.optimise(hz.loss_and_grad(config, groups[0][0]), params, xs, ys, hz.adam(params, rates))
+
+    def held_out(stream):
+        parts = [hz.seed_batches(task, seeds, stream, eval_size) for task, _, _ in groups]
+        return hz.TaskBatch(stack([b.x for b in parts]), stack([b.y for b in parts]),
+                            {k: stack([b.info[k] for b in parts]) for k in parts[0].info})
+
+    select = held_out(5)
+    return {
+        "params": params,
+        "loss": losses,
+        "n_seeds": S,
+        "select": hz.evaluate(params, config, groups[0][0], select)["loss"],
+        "eval_batch": held_out(2),
+    }
+
+
+def group(run: dict, g: int) -> slice:
+    """The slots of group ``g`` in a :func:`train_groups` result."""
+    S = run["n_seeds"]
+    return slice(g * S, (g + 1) * S)
+
+
+def token_losses(params: dict, config: hz.ModelConfig, task: hz.Task, x, y) -> np.ndarray:
+    """Cross-entropy of every scored position, (S, batch, n) (NaN where ``y`` is IGNORE)."""
+    logp = log_softmax(hz.forward(params, config, task, x))
+    y = np.broadcast_to(y, logp.shape[:-1])
+    picked = np.take_along_axis(logp, np.where(y == IGNORE, 0, y)[..., None], axis=-1)[..., 0]
+    return np.where(y == IGNORE, np.nan, -picked)
+
+
+def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch: hz.TaskBatch) -> dict:
+    """Where the head's weight goes on the bigram-backcopy task, per slot (S,).
+
+    Queries at positions ``2 … n − 2`` (at least three keys, and scored). On *non-trigger* queries:
+    ``bos`` (weight on position 0), ``sink`` (weight on the extra key), ``self`` (on the query's own
+    token). On *trigger* queries: ``prev`` (weight on the token before the trigger, the one to copy).
+    Losses: ``loss_plain`` (mean cross-entropy on non-trigger scored positions ≥ 1) and ``loss_trigger``.
+    """
+    w = hz.attention_weights(params, config, task, batch.x)[0][:, :, 0]  # (S, B, n, n)
+    trig = np.asarray(batch.info["trigger"])
+    n = w.shape[-1]
+    query = np.zeros(n, bool)
+    query[2 : n - 1] = True
+    plain, copy = query & ~trig, query & trig
+    own = np.diagonal(w, axis1=-2, axis2=-1)
+    before = np.concatenate([np.zeros(w.shape[:-2] + (1,)), np.diagonal(w, offset=-1, axis1=-2, axis2=-1)], axis=-1)
+
+    def mean(values, where):
+        return (values * where).sum(axis=(1, 2)) / where.sum(axis=(1, 2))
+
+    tl = token_losses(params, config, task, batch.x, batch.y)
+    scored = np.zeros(n, bool)
+    scored[1 : n - 1] = True
+    return {
+        "bos": mean(w[..., 0], plain),
+        "sink": mean(1.0 - w.sum(axis=-1), plain),
+        "self": mean(own, plain),
+        "prev": mean(before, copy),
+        "loss_plain": mean(np.nan_to_num(tl), scored & ~trig),
+        "loss_trigger": mean(np.nan_to_num(tl), scored & trig),
+    }
+
+
+def stream_losses(params: dict, config: hz.ModelConfig, task: hz.Task, rng: np.random.Generator, length: int,
+                  batch: int = 512) -> dict:
+    """Next-token loss of the last query of a window cache over a long bigram-backcopy stream, per slot.
+
+    Streams of ``length + 1`` tokens (BOS first); the cache holds ``w = task.seq_len`` tokens at
+    positions ``0 … w − 1`` (positions inside the cache, as StreamingLLM assigns them) and predicts token
+    ``length``. Three caches: ``"full"`` (a fresh sequence of the trained length: the reference),
+    ``"window"`` (the last w tokens: BOS dropped) and ``"bos+window"`` (BOS and the last w − 1).
+    Returns the mean loss (S,) of each over streams whose last cached token is not a trigger, and ``n``.
+    """
+    w = task.seq_len
+    length = int_at_least("length", length, w + 1)
+    o = task.options
+    x = backcopy_chain(rng, o["table"], o["n_triggers"], positive_int("batch", batch), length + 1)
+    target = x[:, length]
+    caches = {
+        "full": x[:, :w],
+        "window": window_cache(x[:, :length], w, 0),
+        "bos+window": window_cache(x[:, :length], w, 1),
+    }
+    out = {}
+    for name, c in caches.items():
+        t = x[:, w] if name == "full" else target
+        keep = c[:, -1] >= o["n_triggers"]
+        logp = log_softmax(hz.forward(params, config, task, c)[:, :, -1])  # (S, batch, C)
+        out[name] = -(logp[:, np.arange(len(t)), t] * keep).sum(axis=1) / keep.sum()
+    return out
 
 
 def select_rate(run: dict) -> int:
