@@ -258,31 +258,25 @@ def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch:
 
 
 def stream_losses(params: dict, config: hz.ModelConfig, task: hz.Task, rng: np.random.Generator, length: int,
-                  batch: int = 512) -> dict:
-    """Next-token loss of the last query of a window cache over a long bigram-backcopy stream, per slot.
+                  batch: int = 1024) -> dict:
+    """Next-token loss at the last query of two window caches over long bigram-backcopy streams.
 
-    Streams of ``length + 1`` tokens (BOS first); the cache holds ``w = task.seq_len`` tokens at
-    positions ``0 … w − 1`` (positions inside the cache, as StreamingLLM assigns them) and predicts token
-    ``length``. Three caches: ``"full"`` (a fresh sequence of the trained length: the reference),
-    ``"window"`` (the last w tokens: BOS dropped) and ``"bos+window"`` (BOS and the last w − 1).
-    Returns the mean loss (S,) of each over streams whose last cached token is not a trigger, and ``n``.
+    Streams of ``length + 1`` tokens (BOS first, the task's chain); the cache holds ``w = task.seq_len``
+    tokens at positions ``0 … w − 1`` (positions inside the cache, as StreamingLLM assigns them; every
+    query–key position pair was trained) and predicts token ``length``. ``"window"``: the last w tokens
+    (BOS dropped); ``"bos+window"``: BOS and the last w − 1. Both caches end with the same w − 1 tokens.
+    Returns the two losses (S, batch) per stream and ``plain`` (batch,), True where the last cached
+    token is not a trigger (the head has nothing to fetch there).
     """
     w = task.seq_len
     length = int_at_least("length", length, w + 1)
     o = task.options
     x = backcopy_chain(rng, o["table"], o["n_triggers"], positive_int("batch", batch), length + 1)
     target = x[:, length]
-    caches = {
-        "full": x[:, :w],
-        "window": window_cache(x[:, :length], w, 0),
-        "bos+window": window_cache(x[:, :length], w, 1),
-    }
-    out = {}
-    for name, c in caches.items():
-        t = x[:, w] if name == "full" else target
-        keep = c[:, -1] >= o["n_triggers"]
-        logp = log_softmax(hz.forward(params, config, task, c)[:, :, -1])  # (S, batch, C)
-        out[name] = -(logp[:, np.arange(len(t)), t] * keep).sum(axis=1) / keep.sum()
+    out = {"plain": x[:, length - 1] >= o["n_triggers"]}
+    for name, n_sink in (("window", 0), ("bos+window", 1)):
+        logp = log_softmax(hz.forward(params, config, task, window_cache(x[:, :length], w, n_sink))[:, :, -1])
+        out[name] = -logp[:, np.arange(len(target)), target]  # (S, batch)
     return out
 
 
@@ -355,9 +349,17 @@ def window_cache(x: np.ndarray, window: int, n_sink: int = 0) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- entropy and soft-capping
-def gaussian_entropy(n, beta, sigma=1.0):
-    """Large-n entropy of softmax(β z) over n i.i.d. N(0, σ²) logits: ``ln n − β²σ²/2`` (nats)."""
-    return np.log(n) - 0.5 * (np.asarray(beta) * sigma) ** 2
+def gaussian_entropy(n, beta, sigma=1.0, finite_n: bool = True):
+    """Mean entropy (nats) of softmax(β z) over n i.i.d. N(0, σ²) logits.
+
+    Large n: ``ln n − s²/2`` with ``s = βσ``. With ``finite_n`` the first correction in 1/n is added,
+    ``(s² e^{s²} − (e^{s²} − 1)/2) / n`` (second-order expansion of the two sample means in
+    ``H = ln Σe^{x} − Σ x e^{x} / Σ e^{x}``); it is accurate when ``e^{s²} ≪ n``.
+    """
+    s2 = (np.asarray(beta, dtype=float) * sigma) ** 2
+    n = np.asarray(n, dtype=float)
+    base = np.log(n) - 0.5 * s2
+    return base + (s2 * np.exp(s2) - 0.5 * np.expm1(s2)) / n if finite_n else base
 
 
 def softcap(z, c: float):
