@@ -192,7 +192,7 @@ def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch:
     scored[1 : n - 1] = True
     return {
         "bos": mean(w[..., 0], plain),
-        "sink": mean(1.0 - w.sum(axis=-1), plain),
+        "sink": mean(np.clip(1.0 - w.sum(axis=-1), 0.0, 1.0), plain),  # 0 up to rounding without a sink
         "self": mean(own, plain),
         "prev": mean(before, copy),
         "loss_plain": mean(np.nan_to_num(tl), scored & ~trig),
