@@ -37,6 +37,11 @@ multiplies the logits by a learned gain ``exp(log_gain)`` (init 1) per layer and
 head. At initialisation the logits therefore have the usual size, and
 afterwards ``|logit| ≤ c · gain · d_k`` can only grow through the gain.
 
+``sink="learned"`` gives every layer and head one more key that every query sees: its logit is a
+learned number ``sink_logit`` (init 0) and its value is the zero vector. The weights of the real
+keys are then ``e^{z_j} / (e^{s} + Σ_i e^{z_i})`` and sum to less than 1; the rest goes to the sink
+and adds nothing to the output. With ``s = 0`` this is the "off-by-one" softmax (chapter 16).
+
 One-vector baselines (``encoder="mean_pool" | "last_state"``)
 -------------------------------------------------------------
 ``mean_pool``: ``z = mean_j tanh((E[x_j] + P_j) W_enc + b_enc)``; ``last_state``:
@@ -76,6 +81,7 @@ ENCODERS = ("attention", "mean_pool", "last_state")
 POSITIONAL = ("learned", "sinusoidal", "none")
 READOUTS = ("last", "mean")
 WEIGHT_RULES = ("softmax", "sigmoid", "normalize")
+SINKS = ("none", "learned", "key")
 
 
 # --------------------------------------------------------------------------- score registry
@@ -153,6 +159,8 @@ class ModelConfig:
     encoder : ``"attention"`` or a one-vector baseline ``"mean_pool"`` / ``"last_state"``.
     readout : per-sequence read-out from the ``"last"`` position or the ``"mean"``.
     causal : mask keys after the query.
+    sink : ``"none"`` or ``"learned"``: one extra key per layer and head with a learned logit
+        (init 0) and value 0 (module docstring; softmax weights only).
     q_init_scale : multiplies W_Q's initial std ``d_model^(-1/2)`` (T5: ``d_k^(-1/2)``
         with ``scale="none"`` gives the same forward pass at init as ``"sqrt"``).
     head_mask : 0/1 per head, shape (n_heads,) or (n_layers, n_heads); a masked
@@ -175,6 +183,7 @@ class ModelConfig:
     encoder: str = "attention"
     readout: str = "last"
     causal: bool = False
+    sink: str = "none"
     q_init_scale: float = 1.0
     head_mask: tuple | None = None
     dtype: str = "float64"
@@ -195,6 +204,7 @@ class ModelConfig:
             ("encoder", ENCODERS),
             ("positional", POSITIONAL),
             ("readout", READOUTS),
+            ("sink", SINKS),
         ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, received {getattr(self, name)!r}")
@@ -205,6 +215,10 @@ class ModelConfig:
         for name in ("share_qk", "qk_norm", "causal"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, received {type(getattr(self, name)).__name__}")
+        if self.sink != "none" and SCORES[self.score].weights != "softmax":
+            raise ValueError(
+                f"sink={self.sink!r} needs softmax weights; score {self.score!r} uses {SCORES[self.score].weights!r}"
+            )
         positive_scalar("q_init_scale", self.q_init_scale)
         if self.dtype not in ("float64", "float32"):
             raise ValueError(f"dtype must be 'float64' or 'float32', received {self.dtype!r}")
@@ -289,6 +303,10 @@ def _init_one(seed: int, cfg: ModelConfig, task: Task) -> Params:
             p[f"L{l}.log_scale"] = np.full(H, np.log(cfg.fixed_scale()))
         if cfg.qk_norm:
             p[f"L{l}.log_gain"] = np.zeros(H)
+        if cfg.sink == "learned":
+            p[f"L{l}.sink_logit"] = np.zeros(H)  # no draw: the other parameters stay those of sink="none"
+        if cfg.sink == "key":
+            p[f"L{l}.sink_key"] = np.zeros((H, dk))
         spec = SCORES[cfg.score]
         if spec.init is not None:
             # a separate stream, so adding a score never shifts the other parameters
@@ -413,7 +431,17 @@ def _attention_layer(
     if cfg.qk_norm:
         logits = logits * anp.reshape(anp.exp(p[pre + "log_gain"]), (S, 1, -1, 1, 1))
     mask = np.tril(np.ones((n, n), bool))[rows] if cfg.causal else None
-    weights = _weights(logits, spec.weights, mask)
+    if cfg.sink != "none":
+        # one more key, logit sink_logit (or q·sink_key, scaled) and value 0: softmax over n + 1 keys, keep n
+        n_q = logits.shape[3]
+        if cfg.sink == "learned":
+            sink = anp.reshape(p[pre + "sink_logit"], (S, 1, -1, 1, 1)) * np.ones((1, B, 1, n_q, 1), cfg.dtype)
+        else:
+            sink = anp.matmul(q, _part(p[pre + "sink_key"], np.s_[:, None, :, :, None])) * cfg.fixed_scale()
+        sink_mask = None if mask is None else np.concatenate([mask, np.ones((n_q, 1), bool)], axis=1)
+        weights = _part(_weights(anp.concatenate([logits, sink], axis=-1), "softmax", sink_mask), np.s_[..., :n])
+    else:
+        weights = _weights(logits, spec.weights, mask)
     if log is not None:
         lv = np.abs(getval(logits))
         if mask is not None:
@@ -944,6 +972,7 @@ __all__ = [
     "ENCODERS",
     "POSITIONAL",
     "READOUTS",
+    "SINKS",
     "SCORES",
     "ScoreSpec",
     "register_score",

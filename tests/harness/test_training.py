@@ -86,6 +86,9 @@ VARIANTS = {
     "distance_bias": {"score": "test_distance_bias"},
     "mean_pool": {"encoder": "mean_pool"},
     "last_state": {"encoder": "last_state"},
+    "sink_logit": {"sink": "learned"},
+    "sink_logit_causal": {"sink": "learned", "causal": True, "n_layers": 2},
+    "sink_key": {"sink": "key", "qk_norm": True},
 }
 
 
@@ -283,6 +286,9 @@ def test_float32_runs_and_matches_float64_closely():
         ({"n_heads": 2, "head_mask": (1, 0, 1)}, ValueError, "head_mask"),
         ({"head_mask": (0.5,)}, ValueError, "head_mask"),
         ({"dtype": "float16"}, ValueError, "dtype"),
+        ({"sink": "null"}, ValueError, "sink"),
+        ({"sink": True}, ValueError, "sink"),
+        ({"sink": "learned", "score": "test_sigmoid"}, ValueError, "sink"),
     ],
 )
 def test_bad_config(kwargs, exc, word):
@@ -406,3 +412,46 @@ def test_adam_schedule_multiplies_the_rate_of_each_update():
         np.testing.assert_allclose(first_warm[k] - params[k], (first_full[k] - params[k]) / 4, rtol=1e-12)
     with pytest.raises(TypeError, match="schedule must be callable"):
         adam(params, 0.1, schedule=0.5)
+# ------------------------------------------------------------------ the sink key
+@pytest.mark.parametrize("sink", ["learned", "key"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_sink_at_init_is_the_off_by_one_softmax(sink, causal):
+    """sink="learned" / "key" start at logit 0: the real weights are e^z / (1 + Σ e^z), the other parameters are
+    those of sink="none", and a sink logit s gives e^z / (e^s + Σ e^z)."""
+    task = keyword_task(n=5, n_filler=4, n_keywords=2)
+    plain, with_sink = ModelConfig(**BASE, causal=causal), ModelConfig(**BASE, causal=causal, sink=sink)
+    p0, p1 = init_params(plain, task, [0, 1]), init_params(with_sink, task, [0, 1])
+    assert set(p1) - set(p0) == {f"L0.sink_{'logit' if sink == 'learned' else 'key'}"}
+    for k in p0:
+        np.testing.assert_array_equal(p0[k], p1[k])
+    x = task.sample(0, 6).x
+    w0 = attention_weights(p0, plain, task, x)[0]
+    w1 = attention_weights(p1, with_sink, task, x)[0]
+    # with plain weights w0 = e^z / Z, the off-by-one weights are e^z / (1 + Z) = w0 · Z / (1 + Z)
+    q, k = query_key_vectors(p0, plain, task, x)  # layer 0's raw q, k: logits z = q·k / sqrt(d_k)
+    z = q @ np.swapaxes(k, -1, -2) * plain.fixed_scale()
+    e = np.exp(z) * (causal_mask(5) if causal else 1.0)
+    np.testing.assert_allclose(w1, e / (1.0 + e.sum(axis=-1, keepdims=True)), rtol=1e-12, atol=1e-15)
+    rows = w1.sum(axis=-1, keepdims=True)
+    assert (rows < 1).all() and (rows > 0).all()
+    if sink == "learned":
+        s = np.array([[0.7, -1.3], [2.0, 0.1]])  # (S, H)
+        p2 = {**p1, "L0.sink_logit": s}
+        w2 = attention_weights(p2, with_sink, task, x)[0]
+        # Z = Σ e^z from the off-by-one rows: r = Z / (1 + Z); then rows with sink s are Z / (e^s + Z)
+        Z = rows / (1 - rows)
+        want = w0 * Z / (np.exp(s)[:, None, :, None, None] + Z)
+        np.testing.assert_allclose(w2, want, rtol=1e-10, atol=1e-15)
+
+
+def test_a_sink_needs_softmax_weights_and_sink_key_takes_the_query():
+    task = keyword_task(n=5, n_filler=4, n_keywords=2)
+    cfg = ModelConfig(**BASE, sink="key")
+    p = init_params(cfg, task, [0])
+    assert p["L0.sink_key"].shape == (1, BASE["n_heads"], BASE["d_model"] // BASE["n_heads"])
+    x = task.sample(0, 4).x
+    p["L0.sink_key"] = np.full_like(p["L0.sink_key"], 50.0)
+    w = attention_weights(p, cfg, task, x)[0]
+    # a huge sink key: queries aligned with it give almost everything to the sink, the others almost nothing
+    rows = w.sum(axis=-1)
+    assert rows.min() < 1e-6 and rows.max() > 1 - 1e-6

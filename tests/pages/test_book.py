@@ -343,7 +343,7 @@ def test_no_bare_display_outputs(path):
 MATH = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$", re.S)
 RESERVED = {
     "rho (correlation of a key with its query)": (re.compile(r"\\rho(?![A-Za-z])"), {"01", "04", "14"}),
-    "T (softmax temperature)": (re.compile(r"(?<![\\A-Za-z{])T(?![A-Za-z])"), {"02", "03"}),
+    "T (softmax temperature)": (re.compile(r"(?<![\\A-Za-z{])T(?![A-Za-z])"), {"02", "03", "16"}),
     "I written as arithmetic intensity (it is the identity)": (
         re.compile(r"(?<!\\mathcal )(?<![\\A-Za-z])I(\^\*|_\\infty)"),
         set(),

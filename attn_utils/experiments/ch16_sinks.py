@@ -1,0 +1,281 @@
+"""Chapter 16: where attention weight goes when there is nothing to attend to.
+
+* :func:`sink_weights` — softmax with one extra key of logit ``s`` and value 0 (``s = 0``: the
+  "off-by-one" softmax); the weights of the real keys sum to less than 1.
+* :func:`bigram_backcopy_task`, :func:`backcopy_chain` — BOS, a fixed random bigram table, and triggers
+  whose successor copies the token before them (after Guo et al. 2024): the head is needed on triggers
+  and idle elsewhere.
+* :func:`train_groups` — groups of (task, sink on/off, learning rate) trained side by side from the same
+  seeds in one vectorised loop, with selection data apart from evaluation data.
+* :func:`backcopy_parking`, :func:`token_losses` — where an idle query's weight goes (BOS, the null key,
+  its own token) and the per-position losses.
+* :func:`window_cache`, :func:`stream_losses` — the window caches of StreamingLLM over long streams.
+* :func:`gaussian_entropy`, :func:`softcap`, :func:`softcap_grad` — the entropy of softmax over Gaussian
+  logits, and logit soft-capping.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import harness as hz
+from ..harness.tasks import IGNORE
+from ..softmax import log_softmax, softmax
+from ..validation import int_at_least, positive_int, positive_scalar
+
+
+# --------------------------------------------------------------------------- the sink as an extra key
+def sink_weights(z, s=0.0) -> np.ndarray:
+    """Weights of the real keys when one more key with logit ``s`` (value 0) takes part.
+
+    z : (..., n) logits; s : scalar or broadcastable to z[..., :1]. Returns (..., n):
+    ``e^{z_j} / (e^s + Σ_i e^{z_i})``; the missing ``e^s / (e^s + Σ e^{z_i})`` went to the sink.
+    """
+    z = np.asarray(z, dtype=float)
+    if z.ndim == 0:
+        raise ValueError(f"z must have a key axis, received shape {z.shape}")
+    s = np.broadcast_to(np.asarray(s, dtype=float), z.shape[:-1] + (1,))
+    return softmax(np.concatenate([z, s], axis=-1))[..., :-1]
+
+
+# --------------------------------------------------------------------------- the task
+def bigram_backcopy_task(
+    rng: np.random.Generator, n: int = 16, n_tokens: int = 16, n_triggers: int = 2, concentration: float = 0.2
+) -> hz.Task:
+    """Bigram-backcopy (after Guo et al. 2024, arXiv:2410.13835v2): BOS, then tokens drawn from a fixed
+    random bigram table, except that after a *trigger* token the next token copies the token before it.
+
+    Token ids: ordinary tokens ``[0, n_tokens)``, of which ``[0, n_triggers)`` are triggers; BOS =
+    ``n_tokens`` at position 0. Position 1 holds a uniform non-trigger token. For ``i ≥ 1``:
+    ``x_{i+1} = x_{i−1}`` if ``x_i`` is a trigger, else ``x_{i+1} ~ table[x_i]``. The table (rows from a
+    Dirichlet(``concentration``), drawn once from ``rng``) is fixed for the task. Per-position target
+    ``y_i = x_{i+1}`` (positions ``0 … n − 2``; the last is not scored). ``info["trigger"]`` (batch, n)
+    marks the scored positions whose token is a trigger (their target is a copy of ``x_{i−1}``).
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (the chapter's), received {type(rng).__name__}")
+    n = int_at_least("n", n, 4)
+    V = int_at_least("n_tokens", n_tokens, 2)
+    T = positive_int("n_triggers", n_triggers)
+    if T >= V:
+        raise ValueError(f"n_triggers must be < n_tokens={V}, received {T}")
+    conc = positive_scalar("concentration", concentration)
+    table = rng.dirichlet(np.full(V, conc), size=V)  # (V, V): row a is the law of the token after a
+
+    def sample(g: np.random.Generator, batch: int) -> hz.TaskBatch:
+        x = backcopy_chain(g, table, T, batch, n)
+        y = np.full((batch, n), IGNORE, dtype=np.int64)
+        y[:, :-1] = x[:, 1:]
+        trigger = np.zeros((batch, n), bool)
+        trigger[:, 1:-1] = x[:, 1:-1] < T
+        return hz.TaskBatch(x, y, {"trigger": trigger})
+
+    options = {"n": n, "n_tokens": V, "n_triggers": T, "bos": V, "table": table}
+    return hz.Task("bigram_backcopy", V + 1, n, V, True, sample, options)
+
+
+def backcopy_chain(g: np.random.Generator, table: np.ndarray, n_triggers: int, batch: int, length: int) -> np.ndarray:
+    """(batch, length) sequences of the bigram-backcopy chain: BOS (= ``len(table)``), a uniform
+    non-trigger token, then bigram draws, a trigger's successor copying the token before the trigger."""
+    V, T = len(table), n_triggers
+    cumulative = np.cumsum(table, axis=1)
+    x = np.empty((batch, length), dtype=np.int64)
+    x[:, 0] = V
+    x[:, 1] = g.integers(T, V, size=batch)
+    u = g.random((batch, length))
+    for i in range(1, length - 1):  # a Markov chain: each token depends on the ones before
+        drawn = np.minimum((u[:, i, None] > cumulative[x[:, i]]).sum(axis=1), V - 1)
+        copy = x[:, i - 1] if i > 1 else drawn  # position 1 is never a trigger
+        x[:, i + 1] = np.where(x[:, i] < T, copy, drawn)
+    return x
+
+
+# --------------------------------------------------------------------------- training
+NO_SINK = -1e4
+"""A sink logit that switches the sink off: ``exp(−10⁴)`` is exactly 0 in float32 and float64."""
+
+
+def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: int = 16, eval_size: int = 256) -> dict:
+    """Train several groups of models side by side in one vectorised loop (Adam, the harness's loop).
+
+    config : a model with ``sink="learned"``; groups : a sequence of ``(task, sink, lr)`` with
+    ``sink`` ``"none"`` (the sink logit set to :data:`NO_SINK` and never updated: exactly the plain
+    softmax) or ``"learned"`` (init 0, trained); all tasks must share vocabulary and length.
+    Every group uses the same ``seeds``: the same initialisation (the sink logit aside) and the same
+    batch streams, so two groups on one task differ only in the sink and the rate (a paired comparison).
+    Returns ``params`` and ``loss`` (steps, slots) with slots group-major (group ``g`` =
+    ``slots g·S … g·S + S − 1``), ``select`` (slots,) held-out loss on stream 5 for choosing a rate and
+    ``eval_batch`` from stream 2 for evaluation (never the same data).
+    """
+    if config.sink != "learned":
+        raise ValueError(f"config.sink must be 'learned' (groups switch it off), received {config.sink!r}")
+    seeds = hz.seed_tuple(seeds)
+    groups = list(groups)
+    if not groups:
+        raise ValueError("groups must not be empty")
+    for task, sink, _ in groups:
+        if sink not in ("none", "learned"):
+            raise ValueError(f"sink must be 'none' or 'learned', received {sink!r}")
+        if (task.vocab_size, task.seq_len) != (groups[0][0].vocab_size, groups[0][0].seq_len):
+            raise ValueError("every group's task must have the same vocab_size and seq_len")
+    steps, batch_size = positive_int("steps", steps), positive_int("batch_size", batch_size)
+    S = len(seeds)
+
+    def stack(parts, axis=0):
+        return np.concatenate(parts, axis=axis)
+
+    inits = [hz.init_params(config, task, seeds) for task, _, _ in groups]
+    params = {k: stack([p[k] for p in inits]) for k in inits[0]}
+    off = np.repeat([sink == "none" for _, sink, _ in groups], S)
+    params["L0.sink_logit"] = np.where(off[:, None], NO_SINK, 0.0).astype(config.dtype)
+    rate = np.repeat([positive_scalar("lr", lr) for _, _, lr in groups], S)
+    rates = {k: rate.reshape((-1,) + (1,) * (v.ndim - 1)) for k, v in params.items()}
+    rates["L0.sink_logit"] = np.where(off, 0.0, rate)[:, None]
+    batches = [hz.step_batches(task, seeds, steps, batch_size) for task, _, _ in groups]
+    xs, ys = stack([b[0] for b in batches], 1), stack([b[1] for b in batches], 1)
+    losses, params = hz.optimise(hz.loss_and_grad(config, groups[0][0]), params, xs, ys, hz.adam(params, rates))
+
+    def held_out(stream):
+        parts = [hz.seed_batches(task, seeds, stream, eval_size) for task, _, _ in groups]
+        return hz.TaskBatch(
+            stack([b.x for b in parts]),
+            stack([b.y for b in parts]),
+            {k: stack([b.info[k] for b in parts]) for k in parts[0].info},
+        )
+
+    select = held_out(5)
+    return {
+        "params": params,
+        "loss": losses,
+        "n_seeds": S,
+        "select": hz.evaluate(params, config, groups[0][0], select)["loss"],
+        "eval_batch": held_out(2),
+    }
+
+
+def group(run: dict, g: int) -> slice:
+    """The slots of group ``g`` in a :func:`train_groups` result."""
+    S = run["n_seeds"]
+    return slice(g * S, (g + 1) * S)
+
+
+def token_losses(params: dict, config: hz.ModelConfig, task: hz.Task, x, y) -> np.ndarray:
+    """Cross-entropy of every scored position, (S, batch, n) (NaN where ``y`` is IGNORE)."""
+    logp = log_softmax(hz.forward(params, config, task, x))
+    y = np.broadcast_to(y, logp.shape[:-1])
+    picked = np.take_along_axis(logp, np.where(y == IGNORE, 0, y)[..., None], axis=-1)[..., 0]
+    return np.where(y == IGNORE, np.nan, -picked)
+
+
+def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch: hz.TaskBatch) -> dict:
+    """Where the head's weight goes on the bigram-backcopy task, per slot (S,).
+
+    Queries at positions ``2 … n − 2`` (at least three keys, and scored). On *non-trigger* queries:
+    ``bos`` (weight on position 0), ``sink`` (weight on the extra key), ``self`` (on the query's own
+    token). On *trigger* queries: ``prev`` (weight on the token before the trigger, the one to copy).
+    Losses: ``loss_plain`` (mean cross-entropy on non-trigger scored positions ≥ 1) and ``loss_trigger``.
+    """
+    w = hz.attention_weights(params, config, task, batch.x)[0][:, :, 0]  # (S, B, n, n)
+    trig = np.asarray(batch.info["trigger"])
+    n = w.shape[-1]
+    query = np.zeros(n, bool)
+    query[2 : n - 1] = True
+    plain, copy = query & ~trig, query & trig
+    own = np.diagonal(w, axis1=-2, axis2=-1)
+    before = np.concatenate([np.zeros(w.shape[:-2] + (1,)), np.diagonal(w, offset=-1, axis1=-2, axis2=-1)], axis=-1)
+
+    def mean(values, where):
+        return (values * where).sum(axis=(1, 2)) / where.sum(axis=(1, 2))
+
+    tl = token_losses(params, config, task, batch.x, batch.y)
+    scored = np.zeros(n, bool)
+    scored[1 : n - 1] = True
+    return {
+        "bos": mean(w[..., 0], plain),
+        "sink": mean(np.clip(1.0 - w.sum(axis=-1), 0.0, 1.0), plain),  # 0 up to rounding without a sink
+        "self": mean(own, plain),
+        "prev": mean(before, copy),
+        "loss_plain": mean(np.nan_to_num(tl), scored & ~trig),
+        "loss_trigger": mean(np.nan_to_num(tl), scored & trig),
+    }
+
+
+# --------------------------------------------------------------------------- streaming
+def window_cache(x: np.ndarray, window: int, n_sink: int = 0) -> np.ndarray:
+    """The tokens a window cache holds at the last step: the first ``n_sink`` and the last
+    ``window − n_sink`` of each row of x (batch, length) → (batch, window). Positions are those
+    within the cache (0 … window − 1), as StreamingLLM assigns them."""
+    x = np.asarray(x)
+    window = positive_int("window", window)
+    if not 0 <= n_sink < window or window > x.shape[-1]:
+        raise ValueError(
+            f"need 0 <= n_sink < window <= length; received n_sink={n_sink}, window={window}, length={x.shape[-1]}"
+        )
+    return np.concatenate([x[..., :n_sink], x[..., x.shape[-1] - (window - n_sink) :]], axis=-1)
+
+
+def stream_losses(
+    params: dict, config: hz.ModelConfig, task: hz.Task, rng: np.random.Generator, length: int, batch: int = 1024
+) -> dict:
+    """Next-token loss at the last query of two window caches over long bigram-backcopy streams.
+
+    Streams of ``length + 1`` tokens (BOS first, the task's chain); the cache holds ``w = task.seq_len``
+    tokens at positions ``0 … w − 1`` (positions inside the cache, as StreamingLLM assigns them; every
+    query–key position pair was trained) and predicts token ``length``. ``"window"``: the last w tokens
+    (BOS dropped); ``"bos+window"``: BOS and the last w − 1. Both caches end with the same w − 1 tokens.
+    Returns the two losses (S, batch) per stream and ``plain`` (batch,), True where the last cached
+    token is not a trigger (the head has nothing to fetch there).
+    """
+    w = task.seq_len
+    length = int_at_least("length", length, w + 1)
+    o = task.options
+    x = backcopy_chain(rng, o["table"], o["n_triggers"], positive_int("batch", batch), length + 1)
+    target = x[:, length]
+    out = {"plain": x[:, length - 1] >= o["n_triggers"]}
+    for name, n_sink in (("window", 0), ("bos+window", 1)):
+        logp = log_softmax(hz.forward(params, config, task, window_cache(x[:, :length], w, n_sink))[:, :, -1])
+        out[name] = -logp[:, np.arange(len(target)), target]  # (S, batch)
+    return out
+
+
+# --------------------------------------------------------------------------- entropy and soft-capping
+def gaussian_entropy(n, beta, sigma=1.0, finite_n: bool = True):
+    """Mean entropy (nats) of softmax(β z) over n i.i.d. N(0, σ²) logits.
+
+    Large n: ``ln n − s²/2`` with ``s = βσ``. With ``finite_n`` the first correction in 1/n is added,
+    ``(s² e^{s²} − (e^{s²} − 1)/2) / n`` (second-order expansion of the two sample means in
+    ``H = ln Σe^{x} − Σ x e^{x} / Σ e^{x}``); it is accurate when ``e^{s²} ≪ n``.
+    """
+    s2 = (np.asarray(beta, dtype=float) * sigma) ** 2
+    n = np.asarray(n, dtype=float)
+    base = np.log(n) - 0.5 * s2
+    return base + (s2 * np.exp(s2) - 0.5 * np.expm1(s2)) / n if finite_n else base
+
+
+def softcap(z, c: float):
+    """Logit soft-capping ``c · tanh(z / c)``: |result| < c, slope 1 at 0 (Gemma 2)."""
+    c = positive_scalar("c", c)
+    return c * np.tanh(np.asarray(z, dtype=float) / c)
+
+
+def softcap_grad(z, c: float):
+    """d softcap / dz = ``1 − tanh²(z / c)``."""
+    c = positive_scalar("c", c)
+    return 1.0 - np.tanh(np.asarray(z, dtype=float) / c) ** 2
+
+
+__all__ = [
+    "sink_weights",
+    "bigram_backcopy_task",
+    "backcopy_chain",
+    "NO_SINK",
+    "train_groups",
+    "group",
+    "token_losses",
+    "backcopy_parking",
+    "stream_losses",
+    "window_cache",
+    "gaussian_entropy",
+    "softcap",
+    "softcap_grad",
+]

@@ -1,0 +1,118 @@
+"""Chapter 16's module: the sink as an extra key, the bigram-backcopy task, the paired trainer, where the
+weight parks, the window caches, the Gaussian entropy and soft-capping."""
+
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from autograd import elementwise_grad
+
+import attn_utils as au
+from attn_utils import harness as hz
+from attn_utils.experiments import ch16_sinks as ex
+
+
+def test_off_by_one_softmax_is_an_extra_key_of_logit_zero_and_value_zero():
+    z = np.random.default_rng(0).standard_normal((3, 5))
+    w = ex.sink_weights(z)  # s = 0
+    np.testing.assert_allclose(w, np.exp(z) / (1 + np.exp(z).sum(axis=-1, keepdims=True)), rtol=1e-12)
+    s = np.array([[-2.0], [0.5], [3.0]])
+    left = ex.sink_weights(z, s).sum(axis=-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    np.testing.assert_allclose(1 - left, 1 / (1 + np.exp(lse - s)), rtol=1e-12)
+    one = np.zeros((4, 3))
+    assert (np.diff(ex.sink_weights(one, np.array([[-1.0], [0.0], [1.0], [2.0]])).sum(axis=-1)) < 0).all()
+
+
+def test_sink_weights_refuses_a_scalar():
+    with pytest.raises(ValueError, match="key axis"):
+        ex.sink_weights(1.0)
+
+
+def test_bigram_backcopy_task_follows_its_rules():
+    task = ex.bigram_backcopy_task(np.random.default_rng(3), n=12, n_tokens=8, n_triggers=2)
+    b = task.sample(0, 3000)
+    x, y, trig = b.x, b.y, b.info["trigger"]
+    assert x.shape == (3000, 12) and (x[:, 0] == 8).all() and (x[:, 1] >= 2).all() and x[:, 1:].max() < 8
+    np.testing.assert_array_equal(y[:, :-1], x[:, 1:])
+    assert (y[:, -1] == hz.IGNORE).all()
+    rows, cols = np.nonzero(trig)
+    assert rows.size > 0 and (cols >= 2).all()
+    np.testing.assert_array_equal(x[rows, cols + 1], x[rows, cols - 1])  # a trigger's successor copies
+    # the successors of ordinary tokens follow the table's rows
+    table = task.options["table"]
+    a = x[:, 1:-1][~trig[:, 1:-1]]
+    nxt = x[:, 2:][~trig[:, 1:-1]]
+    counts = np.zeros((8, 8))
+    np.add.at(counts, (a, nxt), 1)
+    counts, table = counts[2:], table[2:]  # rows of the ordinary tokens (triggers are never followed by a draw)
+    freq = counts / counts.sum(axis=1, keepdims=True)
+    se = np.sqrt(table * (1 - table) / counts.sum(axis=1, keepdims=True))
+    assert (np.abs(freq - table) <= 5 * se + 1e-9).all()
+    with pytest.raises(ValueError, match="n_triggers"):
+        ex.bigram_backcopy_task(np.random.default_rng(0), n_tokens=4, n_triggers=4)
+    with pytest.raises(TypeError, match="Generator"):
+        ex.bigram_backcopy_task(3)
+
+
+def test_train_groups_none_is_the_plain_softmax_and_groups_are_paired():
+    task = ex.bigram_backcopy_task(np.random.default_rng(1), n=6, n_tokens=6, n_triggers=1)
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True, sink="learned")
+    run = ex.train_groups(cfg, [(task, "none", 0.02), (task, "learned", 0.02)], [4, 5], steps=15, eval_size=32)
+    assert run["loss"].shape == (15, 4) and ex.group(run, 1) == slice(2, 4)
+    plain = hz.train(
+        hz.ModelConfig(d_model=8, d_k=4, causal=True),
+        task,
+        seeds=[4, 5],
+        steps=15,
+        lr=0.02,
+        batch_size=16,
+        eval_size=32,
+        log_stats=False,
+    )
+    np.testing.assert_allclose(run["loss"][:, :2], plain.loss, rtol=1e-9)
+    assert (run["params"]["L0.sink_logit"][:2] == ex.NO_SINK).all()
+    assert (run["params"]["L0.sink_logit"][2:] != 0).all()
+    np.testing.assert_array_equal(run["loss"][0, :2], run["loss"][0, 2:] * 0 + run["loss"][0, :2])
+    stats = ex.backcopy_parking(run["params"], cfg, task, run["eval_batch"])
+    assert set(stats) == {"bos", "sink", "self", "prev", "loss_plain", "loss_trigger"}
+    assert np.abs(stats["sink"][:2]).max() < 1e-12 and (stats["sink"][2:] > 0).all()
+    with pytest.raises(ValueError, match="sink"):
+        ex.train_groups(hz.ModelConfig(d_model=8), [(task, "none", 0.1)], [0], steps=1)
+
+
+def test_window_cache_and_stream_losses():
+    x = np.arange(20).reshape(1, 20)
+    np.testing.assert_array_equal(ex.window_cache(x, 5), [[15, 16, 17, 18, 19]])
+    np.testing.assert_array_equal(ex.window_cache(x, 5, 1), [[0, 16, 17, 18, 19]])
+    with pytest.raises(ValueError, match="n_sink"):
+        ex.window_cache(x, 5, 5)
+    task = ex.bigram_backcopy_task(np.random.default_rng(2), n=6, n_tokens=6, n_triggers=1)
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True, sink="learned")
+    params = hz.init_params(cfg, task, [0, 1])
+    out = ex.stream_losses(params, cfg, task, np.random.default_rng(0), 20, batch=64)
+    assert out["window"].shape == (2, 64) and out["plain"].shape == (64,)
+    assert (out["window"] > 0).all() and (out["bos+window"] > 0).all()
+    with pytest.raises(ValueError, match="length"):
+        ex.stream_losses(params, cfg, task, np.random.default_rng(0), 5)
+
+
+def test_softcap_bound_and_gradient():
+    z = np.linspace(-300, 300, 601)
+    c = 50.0
+    capped = ex.softcap(z, c)
+    assert (np.abs(capped) < c + 1e-12).all() and np.isclose(ex.softcap(1e-8, c), 1e-8)
+    auto = elementwise_grad(lambda t: c * anp.tanh(t / c))(z)
+    np.testing.assert_allclose(ex.softcap_grad(z, c), auto, rtol=1e-10, atol=1e-15)
+    with pytest.raises(ValueError, match="c"):
+        ex.softcap(z, 0.0)
+
+
+def test_gaussian_entropy_formula():
+    assert ex.gaussian_entropy(100, 0.0) == pytest.approx(np.log(100))
+    assert ex.gaussian_entropy(100, 2.0, 0.5, finite_n=False) == pytest.approx(np.log(100) - 0.5)
+    # the 1/n term against a large simulation where it is resolved (n = 256, s = 1)
+    g = np.random.default_rng(0).standard_normal((20000, 256))
+    H = au.entropy(au.softmax(g))
+    se = H.std() / np.sqrt(H.size)
+    assert abs(H.mean() - ex.gaussian_entropy(256, 1.0)) < 5 * se
+    assert abs(H.mean() - ex.gaussian_entropy(256, 1.0, finite_n=False)) > 5 * se
