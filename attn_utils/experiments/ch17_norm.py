@@ -1,4 +1,4 @@
-"""Chapter 17: where the normalisation goes (Post-LN, Pre-LN), and why it decides warm-up.
+"""Chapter 17: where the normalisation goes (Post-LN, Pre-LN), and which learning rates each tolerates.
 
 * :func:`layer_norm`, :func:`rms_norm`: the two normalisations, written once (autograd-differentiable).
 * :func:`init_stack_gradients`: residual MLP stacks at initialisation, Post-LN or Pre-LN, of several
@@ -110,21 +110,25 @@ def depth_sweep(
     """For each depth L, ``n_draws`` fresh stacks, each differentiated in every placement of ``placements``
     (:func:`init_stack_gradients`). ``w2_scale(L)`` optionally shrinks the blocks' W2 at depth L.
 
-    Returns ``{where: {"var": (N, K), "grad": (N, K), "share": (N, K)}}``: the last block's
-    ``‖x_L‖²/d``, the gradient norm of its W2, and its share ``‖x_L − x_{L−1}‖² / ‖x_L‖²`` of the stream.
+    Returns ``{where: {"var": (N, K), "grad": (N, K), "branch": (N, K), "sum": (N, K)}}``: the stream's
+    ``‖x_L‖²/d`` after the last block, the gradient norm of the last block's W2, and, per feature, what that
+    block writes, ``‖F_L‖²/d``, and the sum it is added into, ``‖x_{L−1} + F_L‖²/d`` (the input of Post-LN's
+    last LayerNorm; Pre-LN's stream ``x_L`` itself).
     """
     placements = tuple(_placement(w) for w in placements)
-    out = {w: {"var": [], "grad": [], "share": []} for w in placements}
+    out = {w: {"var": [], "grad": [], "branch": [], "sum": []} for w in placements}
     for L in depths:
         draw = draw_mlp_stack(rng, n_draws, L, d, d_ff, 1.0 if w2_scale is None else w2_scale(L))
         for where in placements:
             res = init_stack_gradients(draw, where)
             _, streams = residual_stack(draw[0][:, None, :], draw[2], draw[3], where)
-            before = draw[0] if L == 1 else streams[-2][:, 0]
-            last = streams[-1][:, 0]
+            before = draw[0] if L == 1 else streams[-2][:, 0]  # x_{L−1}, the stream entering the last block
+            u = before if where == "post" else layer_norm(before)
+            f = np.einsum("nf,nfd->nd", np.maximum(np.einsum("nd,ndf->nf", u, draw[2][-1]), 0.0), draw[3][-1])  # F_L
             out[where]["var"].append(res.stream_var[:, -1])
             out[where]["grad"].append(res.grad_norm[:, -1])
-            out[where]["share"].append(((last - before) ** 2).sum(-1) / (last**2).sum(-1))
+            out[where]["branch"].append((f**2).mean(-1))
+            out[where]["sum"].append(((before + f) ** 2).mean(-1))
     return {w: {k: np.stack(v, axis=1) for k, v in res.items()} for w, res in out.items()}
 
 
@@ -197,6 +201,33 @@ def depth_slopes(depths: Sequence[int], values: np.ndarray) -> np.ndarray:
         raise ValueError("values must be positive and depths non-negative")
     t = np.log1p(L) - np.log1p(L).mean()
     return (np.log(v) - np.log(v).mean(axis=1, keepdims=True)) @ t / (t @ t)
+
+
+def weighted_line(x: Sequence[float], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted least-squares line ``mean ≈ a + b x`` through the per-column means of ``values``.
+
+    x : (K,) abscissae; values : (N, K) independent draws per column. Each column's mean is weighted by
+    the inverse of its squared standard error. Returns ``((a, b), (se_a, se_b))``.
+    """
+    x = np.asarray(x, float)
+    v = np.asarray(values, float)
+    if v.ndim != 2 or v.shape[1] != x.size or x.size < 2 or v.shape[0] < 2:
+        raise ValueError(f"values must be (N ≥ 2, {x.size}) for {x.size} ≥ 2 abscissae, received shape {v.shape}")
+    mean, se2 = v.mean(axis=0), v.var(axis=0, ddof=1) / v.shape[0]
+    design = np.stack([np.ones_like(x), x], axis=1) / np.sqrt(se2)[:, None]
+    cov = np.linalg.inv(design.T @ design)
+    coef = cov @ design.T @ (mean / np.sqrt(se2))
+    return coef, np.sqrt(np.diag(cov))
+
+
+def ratio_of_means(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
+    """``mean(num) / mean(den)`` over paired draws (N,), with its delta-method standard error
+    ``sd(num − r·den) / (√N · mean(den))``."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    if num.shape != den.shape or num.ndim != 1 or num.size < 2:
+        raise ValueError(f"num and den must be paired 1-d draws (N ≥ 2,), received {num.shape} and {den.shape}")
+    r = num.mean() / den.mean()
+    return float(r), float((num - r * den).std(ddof=1) / (np.sqrt(num.size) * den.mean()))
 
 
 # --------------------------------------------------------------------------- a trained stack

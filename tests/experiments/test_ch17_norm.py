@@ -97,3 +97,45 @@ def test_norm_ops_counts():
     assert ex.norm_ops(ex.rms_norm, 32) == {"per_feature": 4, "per_vector": 3}
     assert ex.norm_ops(ex.layer_norm, 32, affine=False)["per_feature"] == 5
     assert ex.norm_ops(ex.rms_norm, 32, affine=False)["per_feature"] == 3
+
+
+def test_rms_norm_and_layer_norm_cosine_after_a_shift():
+    # proposition (iii): a zero-mean x shifted by c standard deviations gives cos = 1/sqrt(1 + c²)
+    rng = np.random.default_rng(7)
+    shifts = np.array([0.0, 0.5, 1.0, 2.0, 4.0])
+    x = rng.standard_normal((shifts.size, 64))
+    x -= x.mean(axis=-1, keepdims=True)
+    z = x + shifts[:, None] * x.std(axis=-1, keepdims=True)
+    a, b = ex.rms_norm(z, eps=0.0), ex.layer_norm(z, eps=0.0)
+    cos = (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+    np.testing.assert_allclose(cos, 1 / np.sqrt(1 + shifts**2), rtol=1e-12)
+    # the invariances the chapter quotes: LN ignores a shift, RMSNorm (with a gain) ignores a rescaling
+    v, g = rng.standard_normal(16), rng.uniform(0.5, 2.0, 16)
+    np.testing.assert_allclose(ex.layer_norm(v + 3.0), ex.layer_norm(v), rtol=1e-9)
+    np.testing.assert_allclose(ex.rms_norm(5 * v, g, eps=0.0), ex.rms_norm(v, g, eps=0.0), rtol=1e-9)
+    assert np.abs(ex.rms_norm(v + 3.0) - ex.rms_norm(v)).max() > 0.1
+
+
+def test_depth_sweep_branch_and_sum_match_the_stream():
+    sweep = ex.depth_sweep(np.random.default_rng(8), (1, 3), n_draws=6, d=16, d_ff=32)
+    for where in ex.PLACEMENTS:
+        assert sweep[where]["branch"].shape == sweep[where]["sum"].shape == (6, 2)
+    # in Pre-LN the sum x_(L−1) + F_L is the stream x_L itself
+    np.testing.assert_allclose(sweep["pre"]["sum"], sweep["pre"]["var"], rtol=1e-10)
+    # in Post-LN the last LayerNorm normalises the sum: its output has unit mean square
+    np.testing.assert_allclose(sweep["post"]["var"], 1.0, rtol=1e-4)
+
+
+def test_weighted_line_and_ratio_of_means():
+    rng = np.random.default_rng(9)
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    values = 1.0 + 2.0 * x + rng.normal(0, 0.01, (200, 4))
+    (a, b), (se_a, se_b) = ex.weighted_line(x, values)
+    assert abs(a - 1.0) < 5 * se_a and abs(b - 2.0) < 5 * se_b and se_a < 0.01 and se_b < 0.01
+    with pytest.raises(ValueError, match="values must be"):
+        ex.weighted_line(x, values[:, :3])
+    num, den = rng.uniform(1, 2, 400), rng.uniform(3, 4, 400)
+    r, se = ex.ratio_of_means(num, den)
+    assert r == pytest.approx(num.mean() / den.mean()) and 0 < se < 0.01
+    with pytest.raises(ValueError, match="paired"):
+        ex.ratio_of_means(num, den[:10])
