@@ -83,6 +83,12 @@ class Chapter:
         return found.group(1).strip()
 
     @property
+    def first_question_zh(self) -> str:
+        """The first question of the 中文 line (up to its first ？): what the one-page sheet has room for."""
+        head, mark, _ = self.question_zh.partition("？")
+        return head + mark
+
+    @property
     def short(self) -> tuple[str, str]:
         """The Short answer box: the English text and the 中文要点."""
         en, _, zh = SHORT.search(self.md).group(1).partition(ZH_SUMMARY)
@@ -423,7 +429,7 @@ def sheet_tex(chapters: list[Chapter], paper: str) -> str:
         shade = r"\rowcolor{shade}" if ch.number % 2 == 0 else ""
         rows.append(
             f"{shade}\\textbf{{{ch.number}}} & \\textbf{{{r.tex(ch, s['ask'])}}}\\newline "
-            f"{{\\small {r.tex(ch, ch.question_zh)}}} & {r.tex(ch, s['answer'])} & "
+            f"{{\\small {r.tex(ch, ch.first_question_zh)}}} & {r.tex(ch, s['answer'])} & "
             f"{r.tex(ch, s['formula'])} & {r.tex(ch, s['remember'])} \\\\ \\hline"
         )
     return (

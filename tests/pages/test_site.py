@@ -295,7 +295,7 @@ def test_nothing_is_cut_off_on_a_phone_or_a_laptop(page, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Chromium not installed")
 def test_cheatsheet_table_fits_one_laptop_screen(tmp_path):
-    """The cheat sheet's table, all fifteen questions, is read without scrolling in a
+    """The cheat sheet's table, every question of the book, is read without scrolling in a
     1366 x 768 Chromium window (the page shows it in a viewport about 625 px high)."""
     report = overflow_report(SITE / "cheatsheet.html", LAPTOP, tmp_path, height=768)
     assert report["table_bottom"] is not None, "no cheat-sheet table on the page"
