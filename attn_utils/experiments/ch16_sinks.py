@@ -46,6 +46,7 @@ def bigram_backcopy_task(
     n_triggers: int = 2,
     concentration: float = 0.2,
     first: str = "bos",
+    trigger_rate: float = 0.0,
 ) -> hz.Task:
     """Bigram-backcopy (after Guo et al. 2024, arXiv:2410.13835v2): BOS, then tokens drawn from a fixed
     random bigram table, except that after a *trigger* token the next token copies the token before it.
@@ -56,6 +57,9 @@ def bigram_backcopy_task(
     Dirichlet(``concentration``), drawn once from ``rng``) is fixed for the task. Per-position target
     ``y_i = x_{i+1}`` (positions ``0 … n − 2``; the last is not scored). ``info["trigger"]`` (batch, n)
     marks the scored positions whose token is a trigger (their target is a copy of ``x_{i−1}``).
+    ``trigger_rate`` r mixes every row with a uniform draw among the triggers,
+    ``(1 − r) · Dirichlet + r · uniform(triggers)``, so that triggers are frequent whatever the draw of the
+    table (with r = 0 some tables almost never reach a trigger, and the head has nothing to learn).
     ``first="random"`` puts a uniform non-trigger ordinary token at position 0 instead of BOS (the BOS id
     stays in the vocabulary, unused): a first token that every query sees but that changes per sequence.
     """
@@ -69,7 +73,11 @@ def bigram_backcopy_task(
     conc = positive_scalar("concentration", concentration)
     if first not in ("bos", "random"):
         raise ValueError(f"first must be 'bos' or 'random', received {first!r}")
+    r = float(trigger_rate)
+    if not 0.0 <= r < 1.0:
+        raise ValueError(f"trigger_rate must be in [0, 1), received {trigger_rate}")
     table = rng.dirichlet(np.full(V, conc), size=V)  # (V, V): row a is the law of the token after a
+    table = (1 - r) * table + r * (np.arange(V) < T) / T
 
     def sample(g: np.random.Generator, batch: int) -> hz.TaskBatch:
         x = backcopy_chain(g, table, T, batch, n, bos=first == "bos")
@@ -79,7 +87,7 @@ def bigram_backcopy_task(
         trigger[:, 1:-1] = x[:, 1:-1] < T
         return hz.TaskBatch(x, y, {"trigger": trigger})
 
-    options = {"n": n, "n_tokens": V, "n_triggers": T, "bos": V, "table": table, "first": first}
+    options = {"n": n, "n_tokens": V, "n_triggers": T, "bos": V, "table": table, "first": first, "trigger_rate": r}
     return hz.Task("bigram_backcopy", V + 1, n, V, True, sample, options)
 
 

@@ -179,3 +179,12 @@ def test_temperature_is_not_a_soft_cap():
     assert min(worst) > 0.2
     np.testing.assert_allclose(au.softmax(rows[0] + 60.0), au.softmax(rows[0]))
     assert np.abs(au.softmax(ex.softcap(rows[0] + 60.0, c)) - capped[0]).max() > 0.1
+
+
+def test_trigger_rate_mixes_every_row_with_the_triggers():
+    task = ex.bigram_backcopy_task(np.random.default_rng(4), n=8, n_tokens=6, n_triggers=2, trigger_rate=0.3)
+    table = task.options["table"]
+    np.testing.assert_allclose(table.sum(axis=1), 1.0)
+    assert (table[:, :2].sum(axis=1) >= 0.3 - 1e-12).all()
+    with pytest.raises(ValueError, match="trigger_rate"):
+        ex.bigram_backcopy_task(np.random.default_rng(4), trigger_rate=1.0)
