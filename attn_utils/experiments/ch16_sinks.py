@@ -1,6 +1,6 @@
 """Chapter 16: where attention weight goes when there is nothing to attend to.
 
-* :func:`sink_weights` — softmax with one extra key of logit ``s`` and value 0 (``s = 0``: the
+* :func:`sink_weights` — softmax with one extra key of logit ``z0`` and value 0 (``z0 = 0``: the
   "off-by-one" softmax); the weights of the real keys sum to less than 1.
 * :func:`bigram_backcopy_task`, :func:`backcopy_chain` — BOS, a fixed random bigram table, and triggers
   whose successor copies the token before them (after Guo et al. 2024): the head is needed on triggers
@@ -25,22 +25,28 @@ from ..validation import int_at_least, positive_int, positive_scalar
 
 
 # --------------------------------------------------------------------------- the sink as an extra key
-def sink_weights(z, s=0.0) -> np.ndarray:
-    """Weights of the real keys when one more key with logit ``s`` (value 0) takes part.
+def sink_weights(z, z0=0.0) -> np.ndarray:
+    """Weights of the real keys when one more key with logit ``z0`` (value 0) takes part.
 
-    z : (..., n) logits; s : scalar or broadcastable to z[..., :1]. Returns (..., n):
-    ``e^{z_j} / (e^s + Σ_i e^{z_i})``; the missing ``e^s / (e^s + Σ e^{z_i})`` went to the sink.
+    z : (..., n) logits; z0 : scalar or broadcastable to z[..., :1]. Returns (..., n):
+    ``e^{z_j} / (e^{z0} + Σ_i e^{z_i})``; the missing ``e^{z0} / (e^{z0} + Σ e^{z_i})`` went to the sink.
     """
     z = np.asarray(z, dtype=float)
     if z.ndim == 0:
         raise ValueError(f"z must have a key axis, received shape {z.shape}")
-    s = np.broadcast_to(np.asarray(s, dtype=float), z.shape[:-1] + (1,))
-    return softmax(np.concatenate([z, s], axis=-1))[..., :-1]
+    z0 = np.broadcast_to(np.asarray(z0, dtype=float), z.shape[:-1] + (1,))
+    return softmax(np.concatenate([z, z0], axis=-1))[..., :-1]
 
 
 # --------------------------------------------------------------------------- the task
 def bigram_backcopy_task(
-    rng: np.random.Generator, n: int = 16, n_tokens: int = 16, n_triggers: int = 2, concentration: float = 0.2
+    rng: np.random.Generator,
+    n: int = 16,
+    n_tokens: int = 16,
+    n_triggers: int = 2,
+    concentration: float = 0.2,
+    first: str = "bos",
+    trigger_rate: float = 0.0,
 ) -> hz.Task:
     """Bigram-backcopy (after Guo et al. 2024, arXiv:2410.13835v2): BOS, then tokens drawn from a fixed
     random bigram table, except that after a *trigger* token the next token copies the token before it.
@@ -51,6 +57,11 @@ def bigram_backcopy_task(
     Dirichlet(``concentration``), drawn once from ``rng``) is fixed for the task. Per-position target
     ``y_i = x_{i+1}`` (positions ``0 … n − 2``; the last is not scored). ``info["trigger"]`` (batch, n)
     marks the scored positions whose token is a trigger (their target is a copy of ``x_{i−1}``).
+    ``trigger_rate`` r mixes every row with a uniform draw among the triggers,
+    ``(1 − r) · Dirichlet + r · uniform(triggers)``, so that triggers are frequent whatever the draw of the
+    table (with r = 0 some tables almost never reach a trigger, and the head has nothing to learn).
+    ``first="random"`` puts a uniform non-trigger ordinary token at position 0 instead of BOS (the BOS id
+    stays in the vocabulary, unused): a first token that every query sees but that changes per sequence.
     """
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy Generator (the chapter's), received {type(rng).__name__}")
@@ -60,28 +71,39 @@ def bigram_backcopy_task(
     if T >= V:
         raise ValueError(f"n_triggers must be < n_tokens={V}, received {T}")
     conc = positive_scalar("concentration", concentration)
+    if first not in ("bos", "random"):
+        raise ValueError(f"first must be 'bos' or 'random', received {first!r}")
+    r = float(trigger_rate)
+    if not 0.0 <= r < 1.0:
+        raise ValueError(f"trigger_rate must be in [0, 1), received {trigger_rate}")
     table = rng.dirichlet(np.full(V, conc), size=V)  # (V, V): row a is the law of the token after a
+    table = (1 - r) * table + r * (np.arange(V) < T) / T
 
     def sample(g: np.random.Generator, batch: int) -> hz.TaskBatch:
-        x = backcopy_chain(g, table, T, batch, n)
+        x = backcopy_chain(g, table, T, batch, n, bos=first == "bos")
         y = np.full((batch, n), IGNORE, dtype=np.int64)
         y[:, :-1] = x[:, 1:]
         trigger = np.zeros((batch, n), bool)
         trigger[:, 1:-1] = x[:, 1:-1] < T
         return hz.TaskBatch(x, y, {"trigger": trigger})
 
-    options = {"n": n, "n_tokens": V, "n_triggers": T, "bos": V, "table": table}
+    options = {"n": n, "n_tokens": V, "n_triggers": T, "bos": V, "table": table, "first": first, "trigger_rate": r}
     return hz.Task("bigram_backcopy", V + 1, n, V, True, sample, options)
 
 
-def backcopy_chain(g: np.random.Generator, table: np.ndarray, n_triggers: int, batch: int, length: int) -> np.ndarray:
-    """(batch, length) sequences of the bigram-backcopy chain: BOS (= ``len(table)``), a uniform
-    non-trigger token, then bigram draws, a trigger's successor copying the token before the trigger."""
+def backcopy_chain(
+    g: np.random.Generator, table: np.ndarray, n_triggers: int, batch: int, length: int, bos: bool = True
+) -> np.ndarray:
+    """(batch, length) sequences of the bigram-backcopy chain: BOS (= ``len(table)``; with ``bos=False`` a
+    uniform non-trigger token), a uniform non-trigger token, then bigram draws, a trigger's successor
+    copying the token before the trigger."""
     V, T = len(table), n_triggers
     cumulative = np.cumsum(table, axis=1)
     x = np.empty((batch, length), dtype=np.int64)
     x[:, 0] = V
     x[:, 1] = g.integers(T, V, size=batch)
+    if not bos:
+        x[:, 0] = g.integers(T, V, size=batch)
     u = g.random((batch, length))
     for i in range(1, length - 1):  # a Markov chain: each token depends on the ones before
         drawn = np.minimum((u[:, i, None] > cumulative[x[:, i]]).sum(axis=1), V - 1)
@@ -172,7 +194,8 @@ def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch:
 
     Queries at positions ``2 … n − 2`` (at least three keys, and scored). On *non-trigger* queries:
     ``bos`` (weight on position 0), ``sink`` (weight on the extra key), ``self`` (on the query's own
-    token). On *trigger* queries: ``prev`` (weight on the token before the trigger, the one to copy).
+    token), ``other`` (mean weight of one other earlier key, positions ``1 … i − 1``). On *trigger*
+    queries: ``prev`` (weight on the token before the trigger, the one to copy).
     Losses: ``loss_plain`` (mean cross-entropy on non-trigger scored positions ≥ 1) and ``loss_trigger``.
     """
     w = hz.attention_weights(params, config, task, batch.x)[0][:, :, 0]  # (S, B, n, n)
@@ -182,6 +205,8 @@ def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch:
     query[2 : n - 1] = True
     plain, copy = query & ~trig, query & trig
     own = np.diagonal(w, axis1=-2, axis2=-1)
+    # the mean weight of one other earlier key (positions 1 … i − 1) of query i ≥ 2
+    other = (w.sum(axis=-1) - w[..., 0] - own) / np.maximum(np.arange(n) - 1, 1)
     before = np.concatenate([np.zeros(w.shape[:-2] + (1,)), np.diagonal(w, offset=-1, axis1=-2, axis2=-1)], axis=-1)
 
     def mean(values, where):
@@ -194,10 +219,28 @@ def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch:
         "bos": mean(w[..., 0], plain),
         "sink": mean(np.clip(1.0 - w.sum(axis=-1), 0.0, 1.0), plain),  # 0 up to rounding without a sink
         "self": mean(own, plain),
+        "other": mean(other, plain),
         "prev": mean(before, copy),
         "loss_plain": mean(np.nan_to_num(tl), scored & ~trig),
         "loss_trigger": mean(np.nan_to_num(tl), scored & trig),
     }
+
+
+def value_norms(params: dict, config: hz.ModelConfig, task: hz.Task, x) -> np.ndarray:
+    """``‖W_O v_j‖``, the length of what key ``j`` adds to the output at full weight, (S, batch, n), for a
+    one-layer model with learned positions: ``v_j = (E[x_j] + P[j]) W_V``."""
+    if config.n_layers != 1 or config.positional != "learned":
+        raise ValueError(
+            f"value_norms needs one layer with learned positions, received n_layers={config.n_layers}, "
+            f"positional={config.positional!r}"
+        )
+    E, P = params["E"], params["P"]
+    S, n = E.shape[0], np.shape(x)[-1]
+    x = np.broadcast_to(x, (S,) + np.shape(x)[-2:])  # (S, B, n): one batch for all, or one per slot
+    h = E[np.arange(S)[:, None, None], x] + P[:, None, :n]  # (S, B, n, d)
+    w_v = params["L0.W_v"].reshape(S, h.shape[-1], -1)
+    w_o = params["L0.W_o"].reshape(S, w_v.shape[-1], -1)
+    return np.linalg.norm(h @ w_v[:, None] @ w_o[:, None], axis=-1)
 
 
 # --------------------------------------------------------------------------- streaming
@@ -219,21 +262,24 @@ def stream_losses(
 ) -> dict:
     """Next-token loss at the last query of two window caches over long bigram-backcopy streams.
 
-    Streams of ``length + 1`` tokens (BOS first, the task's chain); the cache holds ``w = task.seq_len``
-    tokens at positions ``0 … w − 1`` (positions inside the cache, as StreamingLLM assigns them; every
-    query–key position pair was trained) and predicts token ``length``. ``"window"``: the last w tokens
+    Streams of ``length + 1`` tokens (BOS first, the task's chain); the cache holds ``w = task.seq_len − 1``
+    tokens at positions ``0 … w − 1`` (positions inside the cache, as StreamingLLM assigns them). The query
+    sits at position ``w − 1 = n − 2``, the last one the task scores, so its position embedding was trained
+    (position ``n − 1`` never receives a loss); it predicts token ``length``. ``"window"``: the last w tokens
     (BOS dropped); ``"bos+window"``: BOS and the last w − 1. Both caches end with the same w − 1 tokens.
     Returns the two losses (S, batch) per stream and ``plain`` (batch,), True where the last cached
     token is not a trigger (the head has nothing to fetch there).
     """
-    w = task.seq_len
+    w = task.seq_len - 1
     length = int_at_least("length", length, w + 1)
     o = task.options
     x = backcopy_chain(rng, o["table"], o["n_triggers"], positive_int("batch", batch), length + 1)
     target = x[:, length]
     out = {"plain": x[:, length - 1] >= o["n_triggers"]}
     for name, n_sink in (("window", 0), ("bos+window", 1)):
-        logp = log_softmax(hz.forward(params, config, task, window_cache(x[:, :length], w, n_sink))[:, :, -1])
+        cache = window_cache(x[:, :length], w, n_sink)
+        padded = np.pad(cache, ((0, 0), (0, 1)))  # one unread slot: the model's length; causal, so it changes nothing
+        logp = log_softmax(hz.forward(params, config, task, padded)[:, :, w - 1])
         out[name] = -logp[:, np.arange(len(target)), target]  # (S, batch)
     return out
 
@@ -242,14 +288,14 @@ def stream_losses(
 def gaussian_entropy(n, beta, sigma=1.0, finite_n: bool = True):
     """Mean entropy (nats) of softmax(β z) over n i.i.d. N(0, σ²) logits.
 
-    Large n: ``ln n − s²/2`` with ``s = βσ``. With ``finite_n`` the first correction in 1/n is added,
-    ``(s² e^{s²} − (e^{s²} − 1)/2) / n`` (second-order expansion of the two sample means in
+    Large n: ``H − ln n → −(βσ)²/2``. With ``finite_n`` the first correction in 1/n is added,
+    ``(a e^{a} − (e^{a} − 1)/2) / n`` with ``a = (βσ)²`` (second-order expansion of the two sample means in
     ``H = ln Σe^{x} − Σ x e^{x} / Σ e^{x}``); it is accurate when ``e^{s²} ≪ n``.
     """
-    s2 = (np.asarray(beta, dtype=float) * sigma) ** 2
+    a = (np.asarray(beta, dtype=float) * sigma) ** 2
     n = np.asarray(n, dtype=float)
-    base = np.log(n) - 0.5 * s2
-    return base + (s2 * np.exp(s2) - 0.5 * np.expm1(s2)) / n if finite_n else base
+    base = np.log(n) - 0.5 * a
+    return base + (a * np.exp(a) - 0.5 * np.expm1(a)) / n if finite_n else base
 
 
 def softcap(z, c: float):
@@ -273,6 +319,7 @@ __all__ = [
     "group",
     "token_losses",
     "backcopy_parking",
+    "value_norms",
     "stream_losses",
     "window_cache",
     "gaussian_entropy",

@@ -74,7 +74,7 @@ def test_train_groups_none_is_the_plain_softmax_and_groups_are_paired():
     assert (run["params"]["L0.sink_logit"][2:] != 0).all()
     np.testing.assert_array_equal(run["loss"][0, :2], run["loss"][0, 2:] * 0 + run["loss"][0, :2])
     stats = ex.backcopy_parking(run["params"], cfg, task, run["eval_batch"])
-    assert set(stats) == {"bos", "sink", "self", "prev", "loss_plain", "loss_trigger"}
+    assert set(stats) == {"bos", "sink", "self", "other", "prev", "loss_plain", "loss_trigger"}
     assert np.abs(stats["sink"][:2]).max() < 1e-12 and (stats["sink"][2:] > 0).all()
     with pytest.raises(ValueError, match="sink"):
         ex.train_groups(hz.ModelConfig(d_model=8), [(task, "none", 0.1)], [0], steps=1)
@@ -116,3 +116,75 @@ def test_gaussian_entropy_formula():
     se = H.std() / np.sqrt(H.size)
     assert abs(H.mean() - ex.gaussian_entropy(256, 1.0)) < 5 * se
     assert abs(H.mean() - ex.gaussian_entropy(256, 1.0, finite_n=False)) > 5 * se
+
+
+def test_stream_losses_query_sits_at_a_scored_position():
+    """The cache holds n − 1 tokens: the query is at position n − 2, the last one the task scores."""
+    task = ex.bigram_backcopy_task(np.random.default_rng(2), n=6, n_tokens=6, n_triggers=1)
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True, sink="learned")
+    params = hz.init_params(cfg, task, [0])
+    rng = np.random.default_rng(5)
+    out = ex.stream_losses(params, cfg, task, rng, 20, batch=4)
+    x = ex.backcopy_chain(np.random.default_rng(5), task.options["table"], 1, 4, 21)
+    cache = np.pad(ex.window_cache(x[:, :20], 5, 1), ((0, 0), (0, 1)))
+    logp = au.log_softmax(hz.forward(params, cfg, task, cache)[:, :, 4])
+    np.testing.assert_allclose(out["bos+window"], -logp[:, np.arange(4), x[:, 20]], rtol=1e-6)
+    assert (task.sample(np.random.default_rng(0), 3).y[:, 4] >= 0).all()  # position n − 2 is scored
+
+
+def test_random_first_token_variant():
+    task = ex.bigram_backcopy_task(np.random.default_rng(3), n=8, n_tokens=6, n_triggers=2, first="random")
+    b = task.sample(np.random.default_rng(1), 2000)
+    first = b.x[:, 0]
+    assert ((first >= 2) & (first < 6)).all() and len(np.unique(first)) == 4  # ordinary non-trigger tokens
+    with pytest.raises(ValueError, match="first"):
+        ex.bigram_backcopy_task(np.random.default_rng(3), first="none")
+
+
+def test_value_norms_matches_the_head_output_at_full_weight():
+    task = ex.bigram_backcopy_task(np.random.default_rng(3), n=6, n_tokens=6, n_triggers=1)
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True)
+    params = hz.init_params(cfg, task, [0, 1])
+    x = task.sample(np.random.default_rng(0), 3).x
+    got = ex.value_norms(params, cfg, task, x)
+    s, b, j = 1, 2, 3
+    h = params["E"][s, x[b, j]] + params["P"][s, j]
+    direct = h @ params["L0.W_v"][s].reshape(8, -1) @ params["L0.W_o"][s].reshape(-1, 8)
+    assert got.shape == (2, 3, 6) and np.isclose(got[s, b, j], np.linalg.norm(direct))
+    with pytest.raises(ValueError, match="n_layers"):
+        ex.value_norms(params, hz.ModelConfig(d_model=8, n_layers=2), task, x)
+
+
+def test_convex_combination_needs_zero_in_the_hull_not_a_zero_value():
+    """Prop. 1: |o| ≤ max |v|, and o = 0 happens with opposing values none of which is zero."""
+    g = np.random.default_rng(0)
+    v = g.standard_normal((5, 3))
+    w = au.softmax(4 * g.standard_normal((1000, 5)))
+    assert (np.linalg.norm(w @ v, axis=1) <= np.linalg.norm(v, axis=1).max() + 1e-12).all()
+    opposing = np.array([[1.0, 0, 0], [-1.0, 0, 0], [0, 1.0, 0]])
+    assert np.linalg.norm(au.softmax(np.array([0.0, 0.0, -30.0])) @ opposing) < 1e-12
+    # values all with first coordinate ≥ 1: 0 is outside the hull, no weights reach it
+    far = np.abs(v) + 1.0
+    assert ((w @ far)[:, 0] >= 1.0 - 1e-12).all()
+
+
+def test_temperature_is_not_a_soft_cap():
+    """No single temperature reproduces c·tanh(z/c) on a small-logit and a large-logit row, and the cap
+    breaks softmax's shift invariance."""
+    c = 50.0
+    rows = [np.array([0.0, 1.0, 2.0, 3.0]), np.array([0.0, 90.0, 100.0])]
+    capped = [au.softmax(ex.softcap(r, c)) for r in rows]
+    temps = np.geomspace(0.1, 100, 601)
+    worst = [max(0.5 * np.abs(au.softmax(r / T) - p).sum() for r, p in zip(rows, capped)) for T in temps]
+    assert min(worst) > 0.2
+    np.testing.assert_allclose(au.softmax(rows[0] + 60.0), au.softmax(rows[0]))
+    assert np.abs(au.softmax(ex.softcap(rows[0] + 60.0, c)) - capped[0]).max() > 0.1
+
+
+def test_trigger_rate_mixes_every_row_with_the_triggers():
+    task = ex.bigram_backcopy_task(np.random.default_rng(4), n=8, n_tokens=6, n_triggers=2, trigger_rate=0.3)
+    table = task.options["table"]
+    np.testing.assert_allclose(table.sum(axis=1), 1.0)
+    assert (table[:, :2].sum(axis=1) >= 0.3 - 1e-12).all()
+    with pytest.raises(ValueError, match="trigger_rate"):
+        ex.bigram_backcopy_task(np.random.default_rng(4), trigger_rate=1.0)

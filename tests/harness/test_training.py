@@ -412,6 +412,8 @@ def test_adam_schedule_multiplies_the_rate_of_each_update():
         np.testing.assert_allclose(first_warm[k] - params[k], (first_full[k] - params[k]) / 4, rtol=1e-12)
     with pytest.raises(TypeError, match="schedule must be callable"):
         adam(params, 0.1, schedule=0.5)
+
+
 # ------------------------------------------------------------------ the sink key
 @pytest.mark.parametrize("sink", ["learned", "key"])
 @pytest.mark.parametrize("causal", [False, True])
