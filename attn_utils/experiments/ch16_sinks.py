@@ -290,7 +290,7 @@ def gaussian_entropy(n, beta, sigma=1.0, finite_n: bool = True):
 
     Large n: ``H − ln n → −(βσ)²/2``. With ``finite_n`` the first correction in 1/n is added,
     ``(a e^{a} − (e^{a} − 1)/2) / n`` with ``a = (βσ)²`` (second-order expansion of the two sample means in
-    ``H = ln Σe^{x} − Σ x e^{x} / Σ e^{x}``); it is accurate when ``e^{s²} ≪ n``.
+    ``H = ln Σe^{x} − Σ x e^{x} / Σ e^{x}``); it is accurate when ``e^{a} ≪ n``.
     """
     a = (np.asarray(beta, dtype=float) * sigma) ** 2
     n = np.asarray(n, dtype=float)

@@ -38,9 +38,9 @@ head. At initialisation the logits therefore have the usual size, and
 afterwards ``|logit| ≤ c · gain · d_k`` can only grow through the gain.
 
 ``sink="learned"`` gives every layer and head one more key that every query sees: its logit is a
-learned number ``sink_logit`` (init 0) and its value is the zero vector. The weights of the real
-keys are then ``e^{z_j} / (e^{s} + Σ_i e^{z_i})`` and sum to less than 1; the rest goes to the sink
-and adds nothing to the output. With ``s = 0`` this is the "off-by-one" softmax (chapter 16).
+learned number ``sink_logit`` = ``z_0`` (init 0) and its value is the zero vector. The weights of the
+real keys are then ``e^{z_j} / (e^{z_0} + Σ_i e^{z_i})`` and sum to less than 1; the rest goes to the
+sink and adds nothing to the output. With ``z_0 = 0`` this is the "off-by-one" softmax (chapter 16).
 
 One-vector baselines (``encoder="mean_pool" | "last_state"``)
 -------------------------------------------------------------

@@ -13,12 +13,12 @@ from attn_utils.experiments import ch16_sinks as ex
 
 def test_off_by_one_softmax_is_an_extra_key_of_logit_zero_and_value_zero():
     z = np.random.default_rng(0).standard_normal((3, 5))
-    w = ex.sink_weights(z)  # s = 0
+    w = ex.sink_weights(z)  # z0 = 0
     np.testing.assert_allclose(w, np.exp(z) / (1 + np.exp(z).sum(axis=-1, keepdims=True)), rtol=1e-12)
-    s = np.array([[-2.0], [0.5], [3.0]])
-    left = ex.sink_weights(z, s).sum(axis=-1, keepdims=True)
+    z0 = np.array([[-2.0], [0.5], [3.0]])
+    left = ex.sink_weights(z, z0).sum(axis=-1, keepdims=True)
     lse = np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    np.testing.assert_allclose(1 - left, 1 / (1 + np.exp(lse - s)), rtol=1e-12)
+    np.testing.assert_allclose(1 - left, 1 / (1 + np.exp(lse - z0)), rtol=1e-12)
     one = np.zeros((4, 3))
     assert (np.diff(ex.sink_weights(one, np.array([[-1.0], [0.0], [1.0], [2.0]])).sum(axis=-1)) < 0).all()
 
@@ -110,7 +110,7 @@ def test_softcap_bound_and_gradient():
 def test_gaussian_entropy_formula():
     assert ex.gaussian_entropy(100, 0.0) == pytest.approx(np.log(100))
     assert ex.gaussian_entropy(100, 2.0, 0.5, finite_n=False) == pytest.approx(np.log(100) - 0.5)
-    # the 1/n term against a large simulation where it is resolved (n = 256, s = 1)
+    # the 1/n term against a large simulation where it is resolved (n = 256, beta * sigma = 1)
     g = np.random.default_rng(0).standard_normal((20000, 256))
     H = au.entropy(au.softmax(g))
     se = H.std() / np.sqrt(H.size)
