@@ -16,7 +16,9 @@ it failed; a check that fails once in 20 is a coin, not evidence. Twenty clean b
 that a check fails less than once in a thousand draws, so every check also logs how close it came
 (``ATTN_CHECK_LOG``, see ``attn_utils/book/checks.py``): for the checks whose tolerance is made of
 standard errors the script prints the ones with the least to spare, and an estimate of their
-false-failure rate from the spread of that slack over the bases (normal approximation). Runs go ``--jobs`` at a time
+false-failure rate from the spread of that slack over the bases (normal approximation); for a count of seeds
+(``check_count``) it pools the rate at which seeds met the condition over the bases and gives the binomial chance
+that a draw of that many seeds leaves the count's range. Runs go ``--jobs`` at a time
 (default 2, one per core), each kernel with one BLAS thread, as in ``make test``.
 """
 
@@ -119,6 +121,7 @@ def main(argv=None) -> int:
 
     failures: dict[str, Counter] = {}
     spare: dict[tuple[str, str], list[dict]] = {}
+    closeness_of_counts: dict[tuple[str, str], list[dict]] = {}
     runs_failed = 0
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for path, base, seconds, failure, changed, closeness in pool.map(run, *zip(*jobs)):
@@ -127,6 +130,8 @@ def main(argv=None) -> int:
                     for record in closeness:
                         out.write(json.dumps({"notebook": Path(path).name, "base": base, **record}) + "\n")
             for record in closeness:
+                if record.get("seeds") is not None:
+                    closeness_of_counts.setdefault((Path(path).name, record["name"][:110]), []).append(record)
                 if record["spare_se"] is not None:
                     key = record["name"][:110]  # exact: numbers in a name tell checks apart (h=8, h=16)
                     spare.setdefault((Path(path).name, key), []).append(record)
@@ -156,7 +161,29 @@ def main(argv=None) -> int:
                 f"           {min(values):4.1f} {_mean(values):5.1f}   {_failure_rate(records):9.1e}"
                 f"                {nb}: {what}"
             )
+    counts = {key: records for key, records in closeness_of_counts.items() if len(records) > 1}
+    if len(bases) > 1 and counts:
+        print(f"\ncounts of seeds (the {min(10, len(counts))} riskiest of {len(counts)}):")
+        print("  seeds that met it   est. false-failure rate  check")
+        ranked = sorted(counts.items(), key=lambda kv: _count_failure_rate(kv[1]), reverse=True)
+        for (nb, what), records in ranked[:10]:
+            met = sum(r["count"] for r in records)
+            print(
+                f"  {met:5d} of {sum(r['seeds'] for r in records):<5d}        {_count_failure_rate(records):9.1e}"
+                f"                {nb}: {what}"
+            )
     return 1 if runs_failed else 0
+
+
+def _count_failure_rate(records: list[dict]) -> float:
+    """How often a count of seeds would leave its range if each seed met the condition independently
+    with the rate pooled over the bases (Jeffreys' estimate, so that 160 of 160 does not read as
+    certainty): the binomial tails below ``at_least`` and above ``at_most``."""
+    met, seeds = sum(r["count"] for r in records), sum(r["seeds"] for r in records)
+    p = (met + 0.5) / (seeds + 1)
+    n, low, high = records[0]["seeds"], records[0]["at_least"], records[0]["at_most"]
+    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    return sum(pmf[:low] if low is not None else []) + sum(pmf[high + 1 :] if high is not None else [])
 
 
 def _mean(v: list[float]) -> float:

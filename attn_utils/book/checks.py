@@ -53,18 +53,26 @@ LOG_VARIABLE = "ATTN_CHECK_LOG"
 
 
 def _log_closeness(
-    name: str, *, used: float, spare_se: float | None = None, dev_se: float | None = None, z: float | None = None
+    name: str,
+    *,
+    used: float,
+    spare_se: float | None = None,
+    dev_se: float | None = None,
+    z: float | None = None,
+    **counts: int | None,
 ) -> None:
     """Record how much of its allowance a check used (it fails when ``used > 1``) and, for a
     tolerance made of standard errors, how many standard errors it had to spare (``spare_se``) of
     the ``z`` it needs, and, for a two-sided one, its signed deviation from theory in standard
-    errors (``dev_se``)."""
+    errors (``dev_se``). A count of seeds logs its raw numbers (``counts``: count, seeds and
+    bounds), from which ``tools/reseed.py`` estimates how often the count would miss its range."""
     path = os.environ.get(LOG_VARIABLE)
     if not path:
         return
     record = {"name": name}
     for key, value in (("used", used), ("spare_se", spare_se), ("dev_se", dev_se), ("z", z)):
         record[key] = round(float(value), 4) if value is not None and np.isfinite(value) else None
+    record.update(counts)
     with open(path, "a", encoding="utf-8") as log:
         log.write(json.dumps(record) + "\n")
 
@@ -403,6 +411,11 @@ def check_count(
         raise ValueError(f"flags must hold at least {min_seeds} seeds, received {flags.size}")
     count = int(flags.sum())
     ok = (at_least is None or count >= at_least) and (at_most is None or count <= at_most)
+    # the share of its room a count used: the seeds it could still lose (or gain) before failing, plus a half
+    room = ([(flags.size - count) / (flags.size - at_least + 0.5)] if at_least is not None else []) + (
+        [count / (at_most + 0.5)] if at_most is not None else []
+    )
+    _log_closeness(name, used=max(room), count=count, seeds=int(flags.size), at_least=at_least, at_most=at_most)
     parts = ([f"≥ {at_least}"] if at_least is not None else []) + ([f"≤ {at_most}"] if at_most is not None else [])
     line = f"{name}: ≈{count} of {flags.size} seeds (expected {' and '.join(parts)}{_rules_out_text(wrong, 'g')})"
     print(f"{line}  {'✓' if ok else '✗'}")

@@ -1,7 +1,9 @@
 """Tests for attn_utils.book.checks: every check prints one verdict line and can fail."""
 
+import importlib.util
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -349,3 +351,34 @@ def test_closeness_log_records_how_near_each_check_came_to_failing(tmp_path, mon
     assert rows[1]["used"] == pytest.approx(0.25) and rows[1]["spare_se"] == pytest.approx(15.0)
     assert 0 < rows[2]["used"] < 1 and rows[2]["spare_se"] > 0
     assert rows[3]["used"] == pytest.approx(2.0) and rows[3]["spare_se"] is None
+
+
+def test_closeness_log_records_a_count_of_seeds_with_its_range(tmp_path, monkeypatch):
+    # tools/reseed.py estimates a count's false-failure rate from the raw count, not from standard errors
+    log = tmp_path / "log.jsonl"
+    monkeypatch.setenv("ATTN_CHECK_LOG", str(log))
+    check_count("six", np.arange(8) < 6, at_least=5)
+    with pytest.raises(AssertionError):
+        check_count("four", np.arange(8) < 4, at_least=5)
+    check_count("none", np.zeros(8, bool), at_most=1)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["count"], r["seeds"], r["at_least"], r["at_most"]) for r in rows] == [
+        (6, 8, 5, None),
+        (4, 8, 5, None),
+        (0, 8, None, 1),
+    ]
+    assert rows[0]["used"] < 1 < rows[1]["used"] and rows[2]["used"] == 0 and rows[0]["spare_se"] is None
+
+
+def test_reseed_estimates_a_counts_false_failure_rate_from_the_binomial():
+    # the estimate tools/reseed.py prints for check_count: the pooled rate, then the binomial tail
+    spec = importlib.util.spec_from_file_location("reseed", Path(__file__).parents[2] / "tools" / "reseed.py")
+    reseed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reseed)
+    records = [{"count": 4, "seeds": 8, "at_least": 3, "at_most": None}] * 20  # 80 of 160 seeds: p ≈ 1/2
+    p = 80.5 / 161
+    below = sum(math.comb(8, k) * p**k * (1 - p) ** (8 - k) for k in range(3))
+    assert reseed._count_failure_rate(records) == pytest.approx(below)
+    assert 0.1 < below < 0.2  # a threshold a coin misses one time in seven is what the table must flag
+    never = [{"count": 0, "seeds": 8, "at_least": None, "at_most": 1}] * 20
+    assert reseed._count_failure_rate(never) < 1e-3
