@@ -114,8 +114,10 @@ def sparse_masks(
     if kind == "strided":
         stride = positive_int("stride", stride)
         return (i - j >= 0) & (i - j < stride), (i - j >= 0) & ((i - j) % stride == 0)
-    window, n_global, n_random = positive_int("window", window), nonneg_int("n_global", n_global), nonneg_int(
-        "n_random", n_random
+    window, n_global, n_random = (
+        positive_int("window", window),
+        nonneg_int("n_global", n_global),
+        nonneg_int("n_random", n_random),
     )
     if rng is None:
         raise ValueError("rng is required for kind='bigbird' (its random keys)")
@@ -133,7 +135,9 @@ def pattern_graph(masks_per_layer) -> LayerGraph:
     ``masks_per_layer[ℓ][i, j]``; feed it to ``hop_distances`` for path lengths."""
     masks = tuple(np.asarray(m, bool) for m in masks_per_layer)
     if not masks or any(m.ndim != 2 or m.shape != masks[0].shape or m.shape[0] != m.shape[1] for m in masks):
-        raise ValueError(f"masks_per_layer must be square (n, n) masks of one shape, received {[m.shape for m in masks]}")
+        raise ValueError(
+            f"masks_per_layer must be square (n, n) masks of one shape, received {[m.shape for m in masks]}"
+        )
     return LayerGraph("attention", masks[0].shape[0], masks, (None,) * len(masks))
 
 
@@ -199,7 +203,7 @@ def linear_attention_quadratic(phi_q, phi_k, v, causal: bool = True) -> np.ndarr
 def linear_attention_recurrent(phi_q, phi_k, v) -> np.ndarray:
     """Causal linear attention as a recurrence over a ``d_v × d_phi`` state:
 
-    ``S_t = S_{t−1} + v_t φ(k_t)ᵀ``, ``z_t = z_{t−1} + φ(k_t)``, ``o_t = S_t φ(q_t) / (z_tᵀ φ(q_t))``.
+    ``S_t = S_{t−1} + v_t φ(k_t)ᵀ``, ``u_t = u_{t−1} + φ(k_t)``, ``o_t = S_t φ(q_t) / (u_tᵀ φ(q_t))``.
 
     Same shapes as :func:`linear_attention_quadratic`; costs ``n·(2·d_v·d_phi + d_phi)`` MACs in ``3n``
     products, and holds ``d_v·d_phi + d_phi`` numbers whatever ``n`` is.
@@ -207,14 +211,14 @@ def linear_attention_recurrent(phi_q, phi_k, v) -> np.ndarray:
     phi_q, phi_k, v = _check_linear(phi_q, phi_k, v)
     lead, n, d_phi, d_v = phi_q.shape[:-2], phi_q.shape[-2], phi_q.shape[-1], v.shape[-1]
     S = np.zeros((*lead, d_v, d_phi))
-    z = np.zeros((*lead, 1, d_phi))
+    u = np.zeros((*lead, 1, d_phi))
     out = np.empty((*lead, n, d_v))
     for t in range(n):
         S = S + counted_matmul(v[..., t, :, None], phi_k[..., t, None, :])  # outer product, d_v·d_phi MACs
-        z = z + phi_k[..., t, None, :]
+        u = u + phi_k[..., t, None, :]
         q_t = phi_q[..., t, :, None]  # (..., d_phi, 1)
         num = counted_matmul(S, q_t)[..., 0]  # (..., d_v)
-        den = counted_matmul(z, q_t)[..., 0]  # (..., 1)
+        den = counted_matmul(u, q_t)[..., 0]  # (..., 1)
         out[..., t, :] = num / den
     return out
 
@@ -266,10 +270,10 @@ def additive_state(keys, values) -> np.ndarray:
 
 
 def delta_state(keys, values, beta: float = 1.0, passes: int = 1, gate: float = 1.0) -> np.ndarray:
-    """The delta rule: ``S ← g·S + β (v_t − g·S k_t) k_tᵀ`` for each pair in order (``passes`` times).
+    """The delta rule: ``S ← λ·S + β (v_t − λ·S k_t) k_tᵀ`` for each pair in order (``passes`` times).
 
     With unit keys and ``β = 1`` each write makes ``S k_t = v_t`` exactly (it replaces what the state
-    returned for ``k_t``); ``gate = g < 1`` first decays the whole state (gated delta rule).
+    returned for ``k_t``); ``gate = λ < 1`` first decays the whole state (gated delta rule).
     keys (..., n, d) (unit rows for the exact-overwrite property), values (..., n, d_v) → (..., d_v, d).
     """
     keys, values = _check_pairs(keys, values)
@@ -293,12 +297,14 @@ def recall(S, keys) -> np.ndarray:
     return counted_matmul(keys, np.swapaxes(S, -1, -2))
 
 
-def relative_error(estimate, target) -> np.ndarray:
-    """``Σ|v̂ − v|² / Σ|v|²`` over the last two axes (one number per leading index)."""
+def mean_square_error(estimate, target) -> np.ndarray:
+    """Mean of ``(v̂ − v)²`` over the last two axes (pairs and value components), one number per leading index.
+
+    For values with independent unit-variance components this is the error relative to ``E|v|²/d_v = 1``."""
     estimate, target = np.asarray(estimate, float), np.asarray(target, float)
     if estimate.shape != target.shape:
         raise ValueError(f"estimate and target must have one shape, received {estimate.shape} and {target.shape}")
-    return ((estimate - target) ** 2).sum(axis=(-2, -1)) / (target**2).sum(axis=(-2, -1))
+    return ((estimate - target) ** 2).mean(axis=(-2, -1))
 
 
 def least_squares_recall(keys, values) -> np.ndarray:
@@ -313,12 +319,12 @@ def least_squares_recall(keys, values) -> np.ndarray:
 
 
 def best_linear_residual(keys, values) -> np.ndarray:
-    """The smallest ``Σ|S k_i − v_i|² / Σ|v_i|²`` over all matrices ``S`` (least squares), per leading index.
+    """The smallest :func:`mean_square_error` of ``S k_i`` against ``v_i`` over all matrices ``S`` (least squares).
 
-    Zero when the keys are linearly independent (``n ≤ d``); for Gaussian values independent of ``n > d``
-    generic keys its mean is ``(n − d)/n``.
+    Zero when the keys are linearly independent (``n ≤ d``); for values with independent N(0, 1) components,
+    independent of ``n > d`` generic keys, its mean is ``(n − d)/n``.
     """
-    return relative_error(least_squares_recall(keys, values), values)
+    return mean_square_error(least_squares_recall(keys, values), values)
 
 
 def unit_rows(rng: np.random.Generator, shape) -> np.ndarray:
@@ -347,7 +353,7 @@ __all__ = [
     "additive_state",
     "delta_state",
     "recall",
-    "relative_error",
+    "mean_square_error",
     "least_squares_recall",
     "best_linear_residual",
     "unit_rows",

@@ -142,7 +142,11 @@ def test_recurrence_equals_the_masked_quadratic_form(n, d_phi, d_v, seed):
 def test_counted_costs_of_both_forms():
     n, d_phi, d_v = 11, 6, 4
     rng = np.random.default_rng(3)
-    pq, pk, v = np.abs(rng.standard_normal((n, d_phi))), np.abs(rng.standard_normal((n, d_phi))), rng.standard_normal((n, d_v))
+    pq, pk, v = (
+        np.abs(rng.standard_normal((n, d_phi))),
+        np.abs(rng.standard_normal((n, d_phi))),
+        rng.standard_normal((n, d_v)),
+    )
     with au.count_macs() as quad:
         ex.linear_attention_quadratic(pq, pk, v)
     with au.count_macs() as rec:
@@ -223,4 +227,4 @@ def test_unit_rows_have_unit_length_and_shapes_are_checked():
     with pytest.raises(ValueError, match="values"):
         ex.additive_state(np.ones((3, 2)), np.ones((4, 2)))
     with pytest.raises(ValueError, match="estimate and target"):
-        ex.relative_error(np.ones((2, 2)), np.ones((3, 2)))
+        ex.mean_square_error(np.ones((2, 2)), np.ones((3, 2)))
