@@ -74,7 +74,7 @@ class MLAConfig:
         return self.kv_numbers_per_token() * n_tokens * bytes_per_number * batch
 
     def gqa_groups(self) -> float:
-        """The number of key/value heads of a GQA model of width d_h whose cache is as large: ``(d_c + d_rope)/(2 d_h)``."""
+        """Key/value heads of width d_h that a GQA model caches as much with: ``(d_c + d_rope)/(2 d_h)``."""
         return (self.d_c + self.d_rope) / (2 * self.d_h)
 
     def as_mha(self, h_kv: int | None = None) -> TransformerConfig:
@@ -208,7 +208,9 @@ def mla_absorbed(p: MLAParams, x, rope_mode: str = "decoupled", scale: float | N
         q = np.concatenate([q_latent, _rotate(x @ p.W_qr)], axis=-1)
         keys, default = np.concatenate([c, k_r], axis=-1), (d_h + d_rope) ** -0.5
     else:
-        raise ValueError(f"rope_mode must be 'none' or 'decoupled' (content RoPE cannot be absorbed), received {rope_mode!r}")
+        raise ValueError(
+            f"rope_mode must be 'none' or 'decoupled' (content RoPE cannot be absorbed), received {rope_mode!r}"
+        )
     read, _ = grouped_attention(q, keys[None], c[None], mask=causal_mask(n), scale=default if scale is None else scale)
     W_ov = p.W_uv @ p.W_o  # (h, d_c, d_model): W_uv absorbed into the output projection
     return np.einsum("hnc,hce->ne", read, W_ov)
@@ -241,8 +243,10 @@ def fit_fixed_absorption(rng: np.random.Generator, W_uk_head, offsets, n_fit: in
     Each sample draws q ~ N(0, I_{d_h}), c ~ N(0, I_{d_c}) and δ uniformly from ``offsets``, and scores
     ``s = RoPE(q, t)·RoPE(c W_uk, t + δ)`` (rotations of :func:`~attn_utils.experiments.ch14_positions.rope`,
     positions t drawn from 0 … 999). A is fitted on ``n_fit`` samples (``s ≈ qᵀ A c``, linear in the entries
-    of A) and tested on ``n_test`` others. Returns ``(residual share, its standard error)``: the test
-    samples' mean squared residual over their mean squared score (SE by the delta method).
+    of A, solved by the normal equations) and tested on ``n_test`` others; the fit's own excess error is
+    about a share ``d_h·d_c/n_fit`` of the residual, so ``n_fit`` should be large against ``d_h·d_c``.
+    Returns ``(residual share, its standard error)``: the test samples' mean squared residual over their
+    mean squared score (SE by the delta method).
     """
     W = as_float_array("W_uk_head", W_uk_head, min_ndim=2)
     d_c, d_h = W.shape
@@ -257,7 +261,7 @@ def fit_fixed_absorption(rng: np.random.Generator, W_uk_head, offsets, n_fit: in
         return features, (rq * rk).sum(axis=1)
 
     f_fit, s_fit = sample(positive_int("n_fit", n_fit))
-    A, *_ = np.linalg.lstsq(f_fit, s_fit, rcond=None)
+    A = np.linalg.solve(f_fit.T @ f_fit, f_fit.T @ s_fit)  # normal equations: the features are near-orthogonal
     f_test, s_test = sample(positive_int("n_test", n_test))
     r2, s2 = (s_test - f_test @ A) ** 2, s_test**2
     share = r2.mean() / s2.mean()
