@@ -264,7 +264,8 @@ def flash_backward(q, k, v, out, lse, d_out, block_size: int, *, causal: bool = 
             s_ij = counted_matmul(q[..., rows, :], np.swapaxes(k_j, -1, -2)) * scale
             p_ij = np.exp(s_ij - np.where(np.isfinite(lse[..., rows]), lse[..., rows], 0.0)[..., None])
             if causal:
-                tri = np.arange(cols.start, cols.stop)[None, :] <= np.arange(offset + rows.start, offset + rows.stop)[:, None]
+                key_pos = np.arange(cols.start, cols.stop)[None, :]
+                tri = key_pos <= np.arange(offset + rows.start, offset + rows.stop)[:, None]
                 p_ij = np.where(tri, p_ij, 0.0)
             dv[..., cols, :] += counted_matmul(np.swapaxes(p_ij, -1, -2), d_out[..., rows, :])
             dp_ij = counted_matmul(d_out[..., rows, :], np.swapaxes(v_j, -1, -2))
