@@ -65,6 +65,12 @@ def test_square_tiles_closed_form(n_blocks):
     assert t.computed_entries * 2 * n_blocks == (n_blocks + 1) * (n_blocks * b) ** 2
 
 
+def test_one_by_one_tiles_have_no_masked_tile():
+    """With b = 1 each diagonal tile is one visible entry: the count of masked tiles n_B needs b >= 2."""
+    t = ex.causal_tile_counts(6, 1, 1)
+    assert (t.skipped, t.masked, t.full, t.computed_entries) == (15, 0, 21, 21)
+
+
 def test_causal_tile_counts_rejects_bad_sizes():
     with pytest.raises(ValueError, match="block_q"):
         ex.causal_tile_counts(10, 0, 4)
