@@ -54,6 +54,9 @@ class BlockedAttentionStats:
     n_max_increases : int
         Number of (query, tile) pairs in which an already finite running maximum increased,
         i.e. in which the rescaling factor differs from exactly 1 (summed over leading axes).
+    n_tiles_masked : int
+        Tiles computed with some (not all) entries masked elementwise (with ``causal=True`` alone:
+        the tiles that the diagonal crosses). Counted once per tile, like ``n_tiles``.
     """
 
     lse: np.ndarray
@@ -63,6 +66,7 @@ class BlockedAttentionStats:
     exp_evaluations: int
     rescale_mults: int
     n_max_increases: int
+    n_tiles_masked: int = 0
 
 
 def blocked_attention(
@@ -128,7 +132,7 @@ def blocked_attention(
     out = np.empty(lead + (n_q, d_v), dtype=dtype)
     lse = np.empty(lead + (n_q,), dtype=dtype)
     n_lead = int(np.prod(lead, dtype=np.int64))
-    n_tiles = n_skipped = matmul_macs = n_exp = rescale_mults = n_increases = 0
+    n_tiles = n_skipped = n_masked = matmul_macs = n_exp = rescale_mults = n_increases = 0
 
     for q0 in range(0, n_q, q_block):
         q1 = min(q0 + q_block, n_q)
@@ -150,6 +154,7 @@ def blocked_attention(
             if keep is not None and not keep.any():
                 n_skipped += 1
                 continue
+            n_masked += keep is not None and not keep.all()
             bk = k1 - k0
             s = counted_matmul(qi, np.swapaxes(k[..., k0:k1, :], -1, -2))  # (..., bq, bk): the only tile
             s *= scale
@@ -177,7 +182,9 @@ def blocked_attention(
 
     if not return_stats:
         return out
-    return out, BlockedAttentionStats(lse, n_tiles, n_skipped, matmul_macs, n_exp, rescale_mults, n_increases)
+    return out, BlockedAttentionStats(
+        lse, n_tiles, n_skipped, matmul_macs, n_exp, rescale_mults, n_increases, int(n_masked)
+    )
 
 
 # ---------------------------------------------------------------- a two-level memory model (IO counts)
