@@ -415,7 +415,7 @@ SHEET_PREAMBLE = r"""\documentclass[9pt]{extarticle}
 \DeclareMathSizes{9}{9}{7}{7}
 \DeclareMathSizes{8}{8}{7}{7}
 \pagestyle{empty}
-\renewcommand{\arraystretch}{1.25}
+\renewcommand{\arraystretch}{1.1}
 \newcolumntype{L}[1]{>{\raggedright\arraybackslash\hsize=#1\hsize}X}
 \begin{document}
 """
