@@ -14,7 +14,8 @@
 * :func:`stack_forward`, :func:`cached_decode` — a stack of residual self-attention layers over a
   padded batch, all positions at once and token by token with a KV cache; both run the layers through
   :func:`attend_with_cache`, new positions against cached keys and values under any boolean mask, with
-  chapter 14's rotary positions optional.
+  rotary positions optional (the rotation is passed in, e.g. chapter 14's ``rope``: an experiment module
+  imports only earlier chapters).
 * :func:`document_mask`, :func:`packed_positions`, :func:`packed_targets` — packing several documents
   into one row; :func:`prefix_lm_mask`; :func:`tree_mask`, :func:`tree_depths` — verifying a tree of
   draft tokens against a KV cache (a chain of ``k`` drafts is ``causal_mask(k, c + k)``).
@@ -30,7 +31,6 @@ import numpy as np
 from ..attention import causal_mask, scaled_dot_product_attention
 from ..multihead import merge_heads, split_heads
 from ..softmax import log_softmax_core, softmax_core
-from .ch14_positions import rope
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -229,27 +229,30 @@ def _merge_unchecked(x):
     return np.swapaxes(x, -3, -2).reshape(*x.shape[:-3], x.shape[-2], -1)
 
 
-def attend_with_cache(x, layers, h: int, keep, *, caches=None, positions=None, policy: str = "zero"):
+def attend_with_cache(x, layers, h: int, keep, *, caches=None, positions=None, rotate=None, policy: str = "zero"):
     """New positions ``x`` through residual self-attention layers ``x + MHA(x)``, against cached keys and values.
 
     x : (B, m, d_model) the new positions; layers : list of dicts of (d, d) matrices ``W_q, W_k, W_v, W_o``;
     caches : per layer ``(keys, values)`` of shape (B, h, c, d_k) from earlier calls, or None (c = 0);
     keep : bool mask broadcastable to (B, h, m, c + m), True = may attend: the keys are the c cached
-    positions followed by the m new ones; positions : (m,) positions of the new tokens for rotary
-    embeddings (chapter 14's :func:`~attn_utils.experiments.ch14_positions.rope` applied to every head's
-    queries and keys, values untouched; cached keys are stored rotated), or None for no positions.
+    positions followed by the m new ones; rotate, positions : a rotary embedding ``rotate(x, positions)``
+    (chapter 14's :func:`~attn_utils.experiments.ch14_positions.rope`) applied to every head's queries and
+    keys at the (m,) positions of the new tokens, values untouched (cached keys are stored rotated), or
+    None for no positions.
     Returns ``(outputs (B, m, d_model), caches)`` with every layer's cache extended by the m positions.
     """
     m = x.shape[-2]
     n_keys = m + (0 if caches is None else caches[0][0].shape[-2])
     if keep is not None and np.shape(keep)[-2:] not in ((m, n_keys), (1, n_keys)):
         raise ValueError(f"keep must end in (m, c + m) = ({m}, {n_keys}) or (1, c + m), received {np.shape(keep)}")
+    if (rotate is None) != (positions is None):
+        raise ValueError("rotate and positions go together: pass both (rotary positions) or neither")
     split, merge = (split_heads, merge_heads) if policy == "zero" else (_split_unchecked, _merge_unchecked)
     new_caches = []
     for i, layer in enumerate(layers):
         q, k, v = (split(x @ layer[name], h) for name in ("W_q", "W_k", "W_v"))
-        if positions is not None:
-            q, k = rope(q, positions), rope(k, positions)
+        if rotate is not None:
+            q, k = rotate(q, positions), rotate(k, positions)
         if caches is not None:
             k, v = (np.concatenate([old, new], axis=-2) for old, new in zip(caches[i], (k, v)))
         new_caches.append((k, v))
@@ -269,7 +272,7 @@ def stack_forward(x, layers, h: int, keep_tokens, *, policy: str = "zero"):
     return attend_with_cache(x, layers, h, keep, policy=policy)[0]
 
 
-def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_mask: bool = True, rotary: bool = False):
+def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_mask: bool = True, rotate=None):
     """Prefill a padded prompt batch, then feed ``new_tokens`` one position at a time with a KV cache.
 
     prompt : (B, P, d) left- or right-padded, keep_prompt : (B, P) bool; new_tokens : (B, T, d) real
@@ -277,20 +280,29 @@ def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_ma
     cached keys and values of every layer (the cache holds the padded slots too); the key mask is the
     prompt's padding mask followed by ``True`` for every generated position, or nothing at all when
     ``use_key_mask`` is False (a single new query sees every cached key, so no causal mask is needed).
-    ``rotary=True`` rotates queries and keys by their column index (prompt 0 … P−1, step t at P + t):
+    ``rotate`` (a rotary embedding ``rotate(x, positions)``, e.g. chapter 14's ``rope``) rotates queries and
+    keys by their column index (prompt 0 … P−1, step t at P + t):
     rotary scores depend only on offsets, so a shift common to a sequence, such as its left padding,
     changes nothing. Returns the outputs of the last layer at the new positions, (B, T, d).
     """
     B, P, _ = prompt.shape
     keep = keep_prompt[:, None, None, :] & causal_mask(P)
-    _, caches = attend_with_cache(prompt, layers, h, keep, positions=np.arange(P) if rotary else None)
+    _, caches = attend_with_cache(
+        prompt, layers, h, keep, positions=None if rotate is None else np.arange(P), rotate=rotate
+    )
     outputs = []
     keep_keys = keep_prompt
     for t in range(new_tokens.shape[1]):
         keep_keys = np.concatenate([keep_keys, np.ones((B, 1), dtype=bool)], axis=1)
         step_keep = keep_keys[:, None, None, :] if use_key_mask else None
         x, caches = attend_with_cache(
-            new_tokens[:, t : t + 1, :], layers, h, step_keep, caches=caches, positions=[P + t] if rotary else None
+            new_tokens[:, t : t + 1, :],
+            layers,
+            h,
+            step_keep,
+            caches=caches,
+            positions=None if rotate is None else [P + t],
+            rotate=rotate,
         )
         outputs.append(x[:, 0, :])
     return np.stack(outputs, axis=1)

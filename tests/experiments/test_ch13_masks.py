@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from attn_utils import causal_mask, scaled_dot_product_attention, softmax
 from attn_utils.experiments import ch13_masks as ex
+from attn_utils.experiments.ch14_positions import rope
 
 PROPS = settings(max_examples=200, deadline=None, derandomize=True, database=None)
 
@@ -348,13 +349,22 @@ def test_attend_with_cache_rejects_a_mask_of_the_wrong_shape():
         ex.attend_with_cache(x, _layers(rng), 2, causal_mask(4))
 
 
+def test_attend_with_cache_needs_rotate_and_positions_together():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 8))
+    with pytest.raises(ValueError, match="rotate and positions"):
+        ex.attend_with_cache(x, _layers(rng), 2, causal_mask(3), positions=np.arange(3))
+    with pytest.raises(ValueError, match="rotate and positions"):
+        ex.attend_with_cache(x, _layers(rng), 2, causal_mask(3), rotate=rope)
+
+
 def test_attend_with_cache_in_pieces_equals_one_causal_pass():
     rng = np.random.default_rng(1)
     layers, x = _layers(rng), rng.standard_normal((2, 7, 8))
-    full, _ = ex.attend_with_cache(x, layers, 2, causal_mask(7), positions=np.arange(7))
-    first, caches = ex.attend_with_cache(x[:, :3], layers, 2, causal_mask(3), positions=np.arange(3))
+    full, _ = ex.attend_with_cache(x, layers, 2, causal_mask(7), positions=np.arange(7), rotate=rope)
+    first, caches = ex.attend_with_cache(x[:, :3], layers, 2, causal_mask(3), positions=np.arange(3), rotate=rope)
     rest, caches = ex.attend_with_cache(
-        x[:, 3:], layers, 2, causal_mask(4, 7), caches=caches, positions=3 + np.arange(4)
+        x[:, 3:], layers, 2, causal_mask(4, 7), caches=caches, positions=3 + np.arange(4), rotate=rope
     )
     np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-12, rtol=0)
     assert caches[0][0].shape == (2, 2, 7, 4)
@@ -374,8 +384,8 @@ def test_cached_decode_rotary_ignores_left_padding():
     layers = _layers(rng)
     prompt, new = rng.standard_normal((1, 6, 8)), rng.standard_normal((1, 3, 8))
     keep = ex.padding_keep([4], 6, "left")
-    padded = ex.cached_decode(prompt, new, layers, 2, keep, rotary=True)
-    alone = ex.cached_decode(prompt[:, 2:], new, layers, 2, np.ones((1, 4), bool), rotary=True)
+    padded = ex.cached_decode(prompt, new, layers, 2, keep, rotate=rope)
+    alone = ex.cached_decode(prompt[:, 2:], new, layers, 2, np.ones((1, 4), bool), rotate=rope)
     np.testing.assert_allclose(padded, alone, atol=1e-12, rtol=0)
 
 
@@ -396,16 +406,16 @@ def test_tree_cache_gathered_along_the_accepted_path_continues_exactly():
     prompt = rng.standard_normal((1, P, 8))
     parents = np.array([-1, -1, 0, 1, 3])
     nodes, nxt = rng.standard_normal((1, parents.size, 8)), rng.standard_normal((1, 1, 8))
-    _, cache = ex.attend_with_cache(prompt, layers, 2, causal_mask(P), positions=np.arange(P))
+    _, cache = ex.attend_with_cache(prompt, layers, 2, causal_mask(P), positions=np.arange(P), rotate=rope)
     _, tree_cache = ex.attend_with_cache(
-        nodes, layers, 2, ex.tree_mask(parents, P), caches=cache, positions=P + ex.tree_depths(parents)
+        nodes, layers, 2, ex.tree_mask(parents, P), caches=cache, positions=P + ex.tree_depths(parents), rotate=rope
     )
     path = np.array([1, 3, 4])
     keep_rows = np.concatenate([np.arange(P), P + path])
     gathered = [(k[..., keep_rows, :], v[..., keep_rows, :]) for k, v in tree_cache]
-    out, _ = ex.attend_with_cache(nxt, layers, 2, None, caches=gathered, positions=[P + path.size])
+    out, _ = ex.attend_with_cache(nxt, layers, 2, None, caches=gathered, positions=[P + path.size], rotate=rope)
     alone = ex.cached_decode(
-        prompt, np.concatenate([nodes[:, path], nxt], axis=1), layers, 2, np.ones((1, P), bool), rotary=True
+        prompt, np.concatenate([nodes[:, path], nxt], axis=1), layers, 2, np.ones((1, P), bool), rotate=rope
     )
     np.testing.assert_allclose(out[:, 0], alone[:, -1], atol=1e-12, rtol=0)
 
@@ -421,10 +431,10 @@ def test_packed_row_equals_documents_alone_rotary_restarted_or_not(lengths, seed
     starts = np.cumsum(lengths) - np.array(lengths)
     alone = np.concatenate(
         [
-            ex.attend_with_cache(x[:, s : s + L], layers, 2, causal_mask(L), positions=np.arange(L))[0][0]
+            ex.attend_with_cache(x[:, s : s + L], layers, 2, causal_mask(L), positions=np.arange(L), rotate=rope)[0][0]
             for s, L in zip(starts, lengths)
         ]
     )
     for positions in (ex.packed_positions(lengths), np.arange(n)):
-        packed = ex.attend_with_cache(x, layers, 2, keep, positions=positions)[0][0]
+        packed = ex.attend_with_cache(x, layers, 2, keep, positions=positions, rotate=rope)[0][0]
         np.testing.assert_allclose(packed, alone, atol=1e-11, rtol=0)
