@@ -12,7 +12,13 @@
   with autograd so that gradients with respect to the inputs can be inspected;
   :func:`losses_against_real_keys` — the same layer's per-position losses computed without masks.
 * :func:`stack_forward`, :func:`cached_decode` — a stack of residual self-attention layers over a
-  padded batch, all positions at once and token by token with a KV cache.
+  padded batch, all positions at once and token by token with a KV cache; both run the layers through
+  :func:`attend_with_cache`, new positions against cached keys and values under any boolean mask, with
+  rotary positions optional (the rotation is passed in, e.g. chapter 14's ``rope``: an experiment module
+  imports only earlier chapters).
+* :func:`document_mask`, :func:`packed_positions`, :func:`packed_targets` — packing several documents
+  into one row; :func:`prefix_lm_mask`; :func:`tree_mask`, :func:`tree_depths` — verifying a tree of
+  draft tokens against a KV cache (a chain of ``k`` drafts is ``causal_mask(k, c + k)``).
 
 Masks are boolean with ``True`` = may attend (keep), as everywhere in the book.
 """
@@ -24,7 +30,7 @@ import numpy as np
 
 from ..attention import causal_mask, scaled_dot_product_attention
 from ..multihead import merge_heads, split_heads
-from ..softmax import softmax_core
+from ..softmax import log_softmax_core, softmax_core
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -213,13 +219,45 @@ def losses_against_real_keys(x, w, targets, keep_tokens) -> np.ndarray:
     return out
 
 
-def _layer(x, layer, h: int, keep, policy: str):
-    """One residual self-attention layer ``x + MHA(x)`` with boolean mask ``keep`` (broadcast over heads)."""
-    # split/merge by reshaping here: under "naive" x may hold NaN, which split_heads would reject
-    q, k, v = (np.swapaxes((x @ layer[name]).reshape(*x.shape[:-1], h, -1), -3, -2) for name in ("W_q", "W_k", "W_v"))
-    heads = masked_attention(q, k, v, keep, policy)  # (B, h, n, d_v)
-    merged = np.swapaxes(heads, -3, -2).reshape(*heads.shape[:-3], heads.shape[-2], -1)
-    return x + merged @ layer["W_o"]
+def _split_unchecked(x, h: int):
+    """split_heads without its finiteness check: under ``policy="naive"`` x may hold NaN on purpose."""
+    return np.swapaxes(x.reshape(*x.shape[:-1], h, -1), -3, -2)
+
+
+def _merge_unchecked(x):
+    """merge_heads without its finiteness check (see :func:`_split_unchecked`)."""
+    return np.swapaxes(x, -3, -2).reshape(*x.shape[:-3], x.shape[-2], -1)
+
+
+def attend_with_cache(x, layers, h: int, keep, *, caches=None, positions=None, rotate=None, policy: str = "zero"):
+    """New positions ``x`` through residual self-attention layers ``x + MHA(x)``, against cached keys and values.
+
+    x : (B, m, d_model) the new positions; layers : list of dicts of (d, d) matrices ``W_q, W_k, W_v, W_o``;
+    caches : per layer ``(keys, values)`` of shape (B, h, c, d_k) from earlier calls, or None (c = 0);
+    keep : bool mask broadcastable to (B, h, m, c + m), True = may attend: the keys are the c cached
+    positions followed by the m new ones; rotate, positions : a rotary embedding ``rotate(x, positions)``
+    (chapter 14's :func:`~attn_utils.experiments.ch14_positions.rope`) applied to every head's queries and
+    keys at the (m,) positions of the new tokens, values untouched (cached keys are stored rotated), or
+    None for no positions.
+    Returns ``(outputs (B, m, d_model), caches)`` with every layer's cache extended by the m positions.
+    """
+    m = x.shape[-2]
+    n_keys = m + (0 if caches is None else caches[0][0].shape[-2])
+    if keep is not None and np.shape(keep)[-2:] not in ((m, n_keys), (1, n_keys)):
+        raise ValueError(f"keep must end in (m, c + m) = ({m}, {n_keys}) or (1, c + m), received {np.shape(keep)}")
+    if (rotate is None) != (positions is None):
+        raise ValueError("rotate and positions go together: pass both (rotary positions) or neither")
+    split, merge = (split_heads, merge_heads) if policy == "zero" else (_split_unchecked, _merge_unchecked)
+    new_caches = []
+    for i, layer in enumerate(layers):
+        q, k, v = (split(x @ layer[name], h) for name in ("W_q", "W_k", "W_v"))
+        if rotate is not None:
+            q, k = rotate(q, positions), rotate(k, positions)
+        if caches is not None:
+            k, v = (np.concatenate([old, new], axis=-2) for old, new in zip(caches[i], (k, v)))
+        new_caches.append((k, v))
+        x = x + merge(masked_attention(q, k, v, keep, policy)) @ layer["W_o"]
+    return x, new_caches
 
 
 def stack_forward(x, layers, h: int, keep_tokens, *, policy: str = "zero"):
@@ -231,12 +269,10 @@ def stack_forward(x, layers, h: int, keep_tokens, *, policy: str = "zero"):
     token's output depends only on the real tokens at or before it.
     """
     keep = keep_tokens[:, None, None, :] & causal_mask(x.shape[-2])
-    for layer in layers:
-        x = _layer(x, layer, h, keep, policy)
-    return x
+    return attend_with_cache(x, layers, h, keep, policy=policy)[0]
 
 
-def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_mask: bool = True):
+def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_mask: bool = True, rotate=None):
     """Prefill a padded prompt batch, then feed ``new_tokens`` one position at a time with a KV cache.
 
     prompt : (B, P, d) left- or right-padded, keep_prompt : (B, P) bool; new_tokens : (B, T, d) real
@@ -244,30 +280,127 @@ def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_ma
     cached keys and values of every layer (the cache holds the padded slots too); the key mask is the
     prompt's padding mask followed by ``True`` for every generated position, or nothing at all when
     ``use_key_mask`` is False (a single new query sees every cached key, so no causal mask is needed).
-    Returns the outputs of the last layer at the new positions, (B, T, d).
+    ``rotate`` (a rotary embedding ``rotate(x, positions)``, e.g. chapter 14's ``rope``) rotates queries and
+    keys by their column index (prompt 0 … P−1, step t at P + t):
+    rotary scores depend only on offsets, so a shift common to a sequence, such as its left padding,
+    changes nothing. Returns the outputs of the last layer at the new positions, (B, T, d).
     """
     B, P, _ = prompt.shape
-    caches = []  # per layer: (keys, values) of shape (B, h, length, d_k)
-    x = prompt
     keep = keep_prompt[:, None, None, :] & causal_mask(P)
-    for layer in layers:
-        q, k, v = (split_heads(x @ layer[name], h) for name in ("W_q", "W_k", "W_v"))
-        caches.append((k, v))
-        x = x + merge_heads(masked_attention(q, k, v, keep)) @ layer["W_o"]
+    _, caches = attend_with_cache(
+        prompt, layers, h, keep, positions=None if rotate is None else np.arange(P), rotate=rotate
+    )
     outputs = []
     keep_keys = keep_prompt
     for t in range(new_tokens.shape[1]):
-        x = new_tokens[:, t : t + 1, :]
         keep_keys = np.concatenate([keep_keys, np.ones((B, 1), dtype=bool)], axis=1)
         step_keep = keep_keys[:, None, None, :] if use_key_mask else None
-        for i, layer in enumerate(layers):
-            q, k, v = (split_heads(x @ layer[name], h) for name in ("W_q", "W_k", "W_v"))
-            keys, values = (np.concatenate([c, new], axis=-2) for c, new in zip(caches[i], (k, v)))
-            caches[i] = (keys, values)
-            heads = scaled_dot_product_attention(q, keys, values, mask=step_keep)[0]
-            x = x + merge_heads(heads) @ layer["W_o"]
+        x, caches = attend_with_cache(
+            new_tokens[:, t : t + 1, :],
+            layers,
+            h,
+            step_keep,
+            caches=caches,
+            positions=None if rotate is None else [P + t],
+            rotate=rotate,
+        )
         outputs.append(x[:, 0, :])
     return np.stack(outputs, axis=1)
+
+
+def _lengths(name: str, lengths) -> np.ndarray:
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or lengths.size == 0 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 1).any():
+        raise ValueError(f"{name} must be a non-empty 1-d array of positive integers, received {lengths!r}")
+    return lengths
+
+
+def document_ids(lengths) -> np.ndarray:
+    """(n,) the document of each position when documents of the given lengths are packed into one row."""
+    lengths = _lengths("lengths", lengths)
+    return np.repeat(np.arange(lengths.size), lengths)
+
+
+def document_mask(lengths) -> np.ndarray:
+    """(n, n) bool: query i may see key j when both lie in the same packed document AND j ≤ i.
+
+    Block-diagonal (one causal block per document); no row is empty, every token sees itself.
+    """
+    doc = document_ids(lengths)
+    return (doc[:, None] == doc[None, :]) & causal_mask(doc.size)
+
+
+def packed_positions(lengths) -> np.ndarray:
+    """(n,) positions restarted at 0 at the first token of every packed document."""
+    lengths = _lengths("lengths", lengths)
+    starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.arange(lengths.sum()) - starts
+
+
+def packed_targets(tokens, lengths) -> np.ndarray:
+    """(n,) next-token targets of a packed row: ``tokens[i + 1]`` inside a document, −1 (no target) at
+    each document's last token, whose next token in the row belongs to the next document."""
+    lengths = _lengths("lengths", lengths)
+    tokens = np.asarray(tokens)
+    if tokens.shape != (lengths.sum(),):
+        raise ValueError(f"tokens must have shape ({lengths.sum()},) = (sum of lengths,), received {tokens.shape}")
+    targets = np.append(tokens[1:], -1)
+    targets[np.cumsum(lengths) - 1] = -1
+    return targets
+
+
+def token_losses(outputs, w_out, targets) -> np.ndarray:
+    """Per-position cross-entropy ``−log softmax(o_i W_out)[targets_i]``; (..., n) from outputs (..., n, d).
+
+    Positions whose target is −1 get NaN, so that a mean over them fails loudly instead of counting them.
+    """
+    targets = np.asarray(targets)
+    logp = log_softmax_core(outputs @ w_out)
+    picked = np.take_along_axis(logp, np.maximum(targets, 0)[..., None], axis=-1)[..., 0]
+    return np.where(targets >= 0, -picked, np.nan)
+
+
+def prefix_lm_mask(n: int, prefix: int) -> np.ndarray:
+    """(n, n) bool prefix-LM mask: every query sees the whole prefix (keys 0 … prefix−1), and the
+    suffix is causal (query i sees key j ≤ i)."""
+    if not 0 <= prefix <= n:
+        raise ValueError(f"prefix must lie in [0, n={n}], received {prefix}")
+    return causal_mask(n) | (np.arange(n)[None, :] < prefix)
+
+
+def _parents(parents) -> np.ndarray:
+    parents = np.asarray(parents)
+    if parents.ndim != 1 or parents.size == 0 or not np.issubdtype(parents.dtype, np.integer):
+        raise ValueError(f"parents must be a non-empty 1-d integer array, received {parents!r}")
+    if ((parents < -1) | (parents >= np.arange(parents.size))).any():
+        raise ValueError(
+            f"parents[i] must be −1 (a child of the cache's last token) or a node before i, received {parents}"
+        )
+    return parents
+
+
+def tree_depths(parents) -> np.ndarray:
+    """(N,) depth of each node of a draft tree (0 for the children of the cache's last token)."""
+    parents = _parents(parents)
+    depth = np.zeros(parents.size, dtype=int)
+    for i, p in enumerate(parents):
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    return depth
+
+
+def tree_mask(parents, n_cache: int) -> np.ndarray:
+    """(N, n_cache + N) bool: node i sees every cached key and the nodes on its own root path (itself included).
+
+    parents : (N,) with ``parents[i] < i`` the parent node of node i, or −1 for a child of the cache's
+    last token (the nodes are listed parents first, e.g. breadth first).
+    """
+    parents = _parents(parents)
+    n = parents.size
+    ancestor = np.eye(n, dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            ancestor[i] |= ancestor[p]
+    return np.concatenate([np.ones((n, n_cache), dtype=bool), ancestor], axis=1)
 
 
 def masked_weight_bound(c_minus_spread, m: int):

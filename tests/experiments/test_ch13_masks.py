@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from attn_utils import causal_mask, scaled_dot_product_attention, softmax
 from attn_utils.experiments import ch13_masks as ex
+from attn_utils.experiments.ch14_positions import rope
 
 PROPS = settings(max_examples=200, deadline=None, derandomize=True, database=None)
 
@@ -284,3 +285,156 @@ def test_masked_weight_bound_is_attained_and_monotone(m):
     z = np.concatenate([np.zeros((7, 1)), np.repeat((C - gaps)[:, None], m, axis=1) - C], axis=1)
     np.testing.assert_allclose(softmax(z)[:, 1:].sum(axis=1), ex.masked_weight_bound(gaps, m), rtol=1e-12)
     assert (np.diff(ex.masked_weight_bound(gaps, m)) < 0).all()
+
+
+# ---------------------------------------------------------------- packing, prefix LM, draft trees
+
+
+def _layers(rng, d=8, count=2):
+    return [{n: rng.standard_normal((d, d)) / np.sqrt(d) for n in ("W_q", "W_k", "W_v", "W_o")} for _ in range(count)]
+
+
+def test_packing_helpers_known_values():
+    assert ex.document_ids([2, 3]).tolist() == [0, 0, 1, 1, 1]
+    assert ex.packed_positions([2, 3, 1]).tolist() == [0, 1, 0, 1, 2, 0]
+    assert ex.packed_targets(np.array([4, 5, 6, 7, 8]), [2, 3]).tolist() == [5, -1, 7, 8, -1]
+    expected = np.array(
+        [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 1]], dtype=bool
+    )
+    np.testing.assert_array_equal(ex.document_mask([2, 3]), expected)
+    np.testing.assert_array_equal(ex.document_mask([4]), causal_mask(4))  # one document: the causal mask
+
+
+def test_prefix_lm_mask_known_values_and_limits():
+    m = ex.prefix_lm_mask(4, 2)
+    np.testing.assert_array_equal(m, np.array([[1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=bool))
+    np.testing.assert_array_equal(ex.prefix_lm_mask(5, 0), causal_mask(5))
+    np.testing.assert_array_equal(ex.prefix_lm_mask(5, 1), causal_mask(5))  # a prefix of one token adds nothing
+    assert ex.prefix_lm_mask(5, 5).all()
+
+
+def test_tree_mask_and_depths_known_values():
+    parents = [-1, -1, 0, 2]
+    assert ex.tree_depths(parents).tolist() == [0, 0, 1, 2]
+    m = ex.tree_mask(parents, 2)
+    assert m.shape == (4, 6) and m[:, :2].all()
+    np.testing.assert_array_equal(
+        m[:, 2:], np.array([[1, 0, 0, 0], [0, 1, 0, 0], [1, 0, 1, 0], [1, 0, 1, 1]], dtype=bool)
+    )
+    # a chain is the bottom-right causal block
+    np.testing.assert_array_equal(ex.tree_mask([-1, 0, 1], 3), causal_mask(3, 6))
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: ex.document_mask([2, 0]), "lengths"),
+        (lambda: ex.packed_positions([[2, 3]]), "lengths"),
+        (lambda: ex.packed_targets(np.arange(4), [2, 3]), "tokens"),
+        (lambda: ex.prefix_lm_mask(3, 4), "prefix"),
+        (lambda: ex.tree_mask([0], 2), "parents"),
+        (lambda: ex.tree_depths([-1, 2, 0]), "parents"),
+        (lambda: ex.tree_depths([-1.0]), "parents"),
+    ],
+)
+def test_new_helpers_reject_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_attend_with_cache_rejects_a_mask_of_the_wrong_shape():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 8))
+    with pytest.raises(ValueError, match="keep"):
+        ex.attend_with_cache(x, _layers(rng), 2, causal_mask(4))
+
+
+def test_attend_with_cache_needs_rotate_and_positions_together():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 3, 8))
+    with pytest.raises(ValueError, match="rotate and positions"):
+        ex.attend_with_cache(x, _layers(rng), 2, causal_mask(3), positions=np.arange(3))
+    with pytest.raises(ValueError, match="rotate and positions"):
+        ex.attend_with_cache(x, _layers(rng), 2, causal_mask(3), rotate=rope)
+
+
+def test_attend_with_cache_in_pieces_equals_one_causal_pass():
+    rng = np.random.default_rng(1)
+    layers, x = _layers(rng), rng.standard_normal((2, 7, 8))
+    full, _ = ex.attend_with_cache(x, layers, 2, causal_mask(7), positions=np.arange(7), rotate=rope)
+    first, caches = ex.attend_with_cache(x[:, :3], layers, 2, causal_mask(3), positions=np.arange(3), rotate=rope)
+    rest, caches = ex.attend_with_cache(
+        x[:, 3:], layers, 2, causal_mask(4, 7), caches=caches, positions=3 + np.arange(4), rotate=rope
+    )
+    np.testing.assert_allclose(np.concatenate([first, rest], axis=1), full, atol=1e-12, rtol=0)
+    assert caches[0][0].shape == (2, 2, 7, 4)
+
+
+def test_stack_forward_equals_attend_with_cache_without_positions():
+    rng = np.random.default_rng(2)
+    layers, x = _layers(rng), rng.standard_normal((2, 5, 8))
+    keep = ex.padding_keep([5, 3], 5, "left")
+    ref, _ = ex.attend_with_cache(x, layers, 2, keep[:, None, None, :] & causal_mask(5))
+    np.testing.assert_array_equal(ex.stack_forward(x, layers, 2, keep), ref)
+
+
+def test_cached_decode_rotary_ignores_left_padding():
+    """Rotary scores depend on offsets only, so a left-padded prompt decodes as the prompt alone."""
+    rng = np.random.default_rng(3)
+    layers = _layers(rng)
+    prompt, new = rng.standard_normal((1, 6, 8)), rng.standard_normal((1, 3, 8))
+    keep = ex.padding_keep([4], 6, "left")
+    padded = ex.cached_decode(prompt, new, layers, 2, keep, rotate=rope)
+    alone = ex.cached_decode(prompt[:, 2:], new, layers, 2, np.ones((1, 4), bool), rotate=rope)
+    np.testing.assert_allclose(padded, alone, atol=1e-12, rtol=0)
+
+
+def test_token_losses_mark_missing_targets_nan():
+    rng = np.random.default_rng(4)
+    out, w = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
+    losses = ex.token_losses(out, w, np.array([1, -1, 4]))
+    assert np.isnan(losses[1]) and np.isfinite(losses[[0, 2]]).all()
+    logits = out @ w
+    np.testing.assert_allclose(losses[0], -np.log(softmax(logits[0]))[1], rtol=1e-12)
+
+
+def test_tree_cache_gathered_along_the_accepted_path_continues_exactly():
+    """After a tree pass, the accepted nodes' cache rows (keys rotated at cache length + depth) are the
+    cache of decoding that path alone: the next token decoded against them matches."""
+    rng = np.random.default_rng(5)
+    layers, P = _layers(rng), 4
+    prompt = rng.standard_normal((1, P, 8))
+    parents = np.array([-1, -1, 0, 1, 3])
+    nodes, nxt = rng.standard_normal((1, parents.size, 8)), rng.standard_normal((1, 1, 8))
+    _, cache = ex.attend_with_cache(prompt, layers, 2, causal_mask(P), positions=np.arange(P), rotate=rope)
+    _, tree_cache = ex.attend_with_cache(
+        nodes, layers, 2, ex.tree_mask(parents, P), caches=cache, positions=P + ex.tree_depths(parents), rotate=rope
+    )
+    path = np.array([1, 3, 4])
+    keep_rows = np.concatenate([np.arange(P), P + path])
+    gathered = [(k[..., keep_rows, :], v[..., keep_rows, :]) for k, v in tree_cache]
+    out, _ = ex.attend_with_cache(nxt, layers, 2, None, caches=gathered, positions=[P + path.size], rotate=rope)
+    alone = ex.cached_decode(
+        prompt, np.concatenate([nodes[:, path], nxt], axis=1), layers, 2, np.ones((1, P), bool), rotate=rope
+    )
+    np.testing.assert_allclose(out[:, 0], alone[:, -1], atol=1e-12, rtol=0)
+
+
+@PROPS
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=4), st.integers(0, 2**31 - 1))
+def test_packed_row_equals_documents_alone_rotary_restarted_or_not(lengths, seed):
+    rng = np.random.default_rng(seed)
+    layers = _layers(rng, count=1)
+    n = sum(lengths)
+    x = rng.standard_normal((1, n, 8))
+    keep = ex.document_mask(lengths)
+    starts = np.cumsum(lengths) - np.array(lengths)
+    alone = np.concatenate(
+        [
+            ex.attend_with_cache(x[:, s : s + L], layers, 2, causal_mask(L), positions=np.arange(L), rotate=rope)[0][0]
+            for s, L in zip(starts, lengths)
+        ]
+    )
+    for positions in (ex.packed_positions(lengths), np.arange(n)):
+        packed = ex.attend_with_cache(x, layers, 2, keep, positions=positions, rotate=rope)[0][0]
+        np.testing.assert_allclose(packed, alone, atol=1e-11, rtol=0)
