@@ -6,9 +6,12 @@
   whose successor copies the token before them (after Guo et al. 2024): the head is needed on triggers
   and idle elsewhere.
 * :func:`train_groups` — groups of (task, sink on/off, learning rate) trained side by side from the same
-  seeds in one vectorised loop, with selection data apart from evaluation data.
+  seeds in one vectorised loop (optionally with a rate schedule and a mid-run checkpoint), with selection
+  data apart from evaluation data.
 * :func:`backcopy_parking`, :func:`token_losses` — where an idle query's weight goes (BOS, the null key,
   its own token) and the per-position losses.
+* :func:`excess_loss` — how far a model's expected loss sits above the lowest any model can reach (a
+  convergence measure that cannot be faked by a rate that decays to 0).
 * :func:`window_cache`, :func:`stream_losses` — the window caches of StreamingLLM over long streams.
 * :func:`gaussian_entropy`, :func:`softcap`, :func:`softcap_grad` — the entropy of softmax over Gaussian
   logits, and logit soft-capping.
