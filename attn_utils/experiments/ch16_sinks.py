@@ -6,9 +6,12 @@
   whose successor copies the token before them (after Guo et al. 2024): the head is needed on triggers
   and idle elsewhere.
 * :func:`train_groups` — groups of (task, sink on/off, learning rate) trained side by side from the same
-  seeds in one vectorised loop, with selection data apart from evaluation data.
+  seeds in one vectorised loop (optionally with a rate schedule and a mid-run checkpoint), with selection
+  data apart from evaluation data.
 * :func:`backcopy_parking`, :func:`token_losses` — where an idle query's weight goes (BOS, the null key,
   its own token) and the per-position losses.
+* :func:`excess_loss` — how far a model's expected loss sits above the lowest any model can reach (a
+  convergence measure that cannot be faked by a rate that decays to 0).
 * :func:`window_cache`, :func:`stream_losses` — the window caches of StreamingLLM over long streams.
 * :func:`gaussian_entropy`, :func:`softcap`, :func:`softcap_grad` — the entropy of softmax over Gaussian
   logits, and logit soft-capping.
@@ -117,7 +120,16 @@ NO_SINK = -1e4
 """A sink logit that switches the sink off: ``exp(−10⁴)`` is exactly 0 in float32 and float64."""
 
 
-def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: int = 16, eval_size: int = 256) -> dict:
+def train_groups(
+    config: hz.ModelConfig,
+    groups,
+    seeds,
+    steps: int,
+    batch_size: int = 16,
+    eval_size: int = 256,
+    schedule=None,
+    checkpoint: int | None = None,
+) -> dict:
     """Train several groups of models side by side in one vectorised loop (Adam, the harness's loop).
 
     config : a model with ``sink="learned"``; groups : a sequence of ``(task, sink, lr)`` with
@@ -127,7 +139,9 @@ def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: 
     batch streams, so two groups on one task differ only in the sink and the rate (a paired comparison).
     Returns ``params`` and ``loss`` (steps, slots) with slots group-major (group ``g`` =
     ``slots g·S … g·S + S − 1``), ``select`` (slots,) held-out loss on stream 5 for choosing a rate and
-    ``eval_batch`` from stream 2 for evaluation (never the same data).
+    ``eval_batch`` from stream 2 for evaluation (never the same data). ``schedule`` : optional
+    ``schedule(t) -> factor`` of the rate, as in :func:`attn_utils.harness.adam`. ``checkpoint`` : a step
+    count ``0 … steps``; the parameters after that many updates are returned as ``params_at_checkpoint``.
     """
     if config.sink != "learned":
         raise ValueError(f"config.sink must be 'learned' (groups switch it off), received {config.sink!r}")
@@ -141,6 +155,8 @@ def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: 
         if (task.vocab_size, task.seq_len) != (groups[0][0].vocab_size, groups[0][0].seq_len):
             raise ValueError("every group's task must have the same vocab_size and seq_len")
     steps, batch_size = positive_int("steps", steps), positive_int("batch_size", batch_size)
+    if checkpoint is not None and not (isinstance(checkpoint, (int, np.integer)) and 0 <= checkpoint <= steps):
+        raise ValueError(f"checkpoint must be an int in [0, steps={steps}] or None, received {checkpoint!r}")
     S = len(seeds)
 
     def stack(parts, axis=0):
@@ -155,7 +171,14 @@ def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: 
     rates["L0.sink_logit"] = np.where(off, 0.0, rate)[:, None]
     batches = [hz.step_batches(task, seeds, steps, batch_size) for task, _, _ in groups]
     xs, ys = stack([b[0] for b in batches], 1), stack([b[1] for b in batches], 1)
-    losses, params = hz.optimise(hz.loss_and_grad(config, groups[0][0]), params, xs, ys, hz.adam(params, rates))
+    kept = {}
+
+    def keep(t, p, _):  # called before update t: p has had t updates (Adam returns new arrays)
+        if t == checkpoint:
+            kept.update(p)
+
+    objective = hz.loss_and_grad(config, groups[0][0])
+    losses, params = hz.optimise(objective, params, xs, ys, hz.adam(params, rates, schedule=schedule), record=keep)
 
     def held_out(stream):
         parts = [hz.seed_batches(task, seeds, stream, eval_size) for task, _, _ in groups]
@@ -168,6 +191,7 @@ def train_groups(config: hz.ModelConfig, groups, seeds, steps: int, batch_size: 
     select = held_out(5)
     return {
         "params": params,
+        "params_at_checkpoint": kept or None,
         "loss": losses,
         "n_seeds": S,
         "select": hz.evaluate(params, config, groups[0][0], select)["loss"],
@@ -224,6 +248,24 @@ def backcopy_parking(params: dict, config: hz.ModelConfig, task: hz.Task, batch:
         "loss_plain": mean(np.nan_to_num(tl), scored & ~trig),
         "loss_trigger": mean(np.nan_to_num(tl), scored & trig),
     }
+
+
+def excess_loss(params: dict, config: hz.ModelConfig, task: hz.Task, x) -> np.ndarray:
+    """Mean over the scored positions of ``KL(true next-token law ‖ model)``, per slot (S,): how far the
+    expected loss is above the lowest any model can reach on the bigram-backcopy task (the entropy of
+    the true law), with no sampling noise from the targets. The true law at position 0 is uniform over the
+    non-trigger tokens, at a trigger a point mass on the token before it, elsewhere the table's row."""
+    o = task.options
+    V, T, table = o["n_tokens"], o["n_triggers"], o["table"]
+    x = np.asarray(x)
+    logp = log_softmax(hz.forward(params, config, task, x))[..., :-1, :V]  # scored positions; BOS is never a target
+    law = table[np.minimum(x[..., :-1], V - 1)]  # (…, n − 1, V); position 0 (maybe BOS = V) is set next
+    law[..., 0, :] = (np.arange(V) >= T) / (V - T)
+    trigger = np.zeros(x.shape[:-1] + (x.shape[-1] - 1,), bool)
+    trigger[..., 1:] = x[..., 1:-1] < T
+    law[trigger] = np.eye(V)[x[..., :-2][trigger[..., 1:]]]
+    kl = (law * (np.log(np.where(law > 0, law, 1.0)) - logp)).sum(axis=-1)  # (S, B, n − 1)
+    return kl.mean(axis=tuple(range(1, kl.ndim)))
 
 
 def value_norms(params: dict, config: hz.ModelConfig, task: hz.Task, x) -> np.ndarray:
@@ -319,6 +361,7 @@ __all__ = [
     "group",
     "token_losses",
     "backcopy_parking",
+    "excess_loss",
     "value_norms",
     "stream_losses",
     "window_cache",

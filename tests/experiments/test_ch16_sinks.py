@@ -188,3 +188,44 @@ def test_trigger_rate_mixes_every_row_with_the_triggers():
     assert (table[:, :2].sum(axis=1) >= 0.3 - 1e-12).all()
     with pytest.raises(ValueError, match="trigger_rate"):
         ex.bigram_backcopy_task(np.random.default_rng(4), trigger_rate=1.0)
+
+
+def test_train_groups_schedule_and_checkpoint():
+    task = ex.bigram_backcopy_task(np.random.default_rng(1), n=6, n_tokens=6, n_triggers=1)
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True, sink="learned")
+    groups = [(task, "none", 0.02), (task, "learned", 0.02)]
+    start = ex.train_groups(cfg, groups, [4, 5], steps=6, eval_size=8, checkpoint=0)
+    end = ex.train_groups(cfg, groups, [4, 5], steps=6, eval_size=8, checkpoint=6)
+    for k, v in end["params"].items():  # checkpoint 0 is the initialisation, checkpoint = steps the end
+        np.testing.assert_array_equal(end["params_at_checkpoint"][k], v)
+        np.testing.assert_array_equal(start["params"][k], v)
+        assert not np.array_equal(start["params_at_checkpoint"][k], v) or k == "L0.sink_logit"
+    assert ex.train_groups(cfg, groups, [4, 5], steps=2, eval_size=8)["params_at_checkpoint"] is None
+    # the schedule multiplies the rate: eta = 0.02 at half rate is eta = 0.01
+    halved = ex.train_groups(cfg, groups, [4, 5], steps=6, eval_size=8, schedule=lambda t: 0.5)
+    slower = ex.train_groups(cfg, [(task, "none", 0.01), (task, "learned", 0.01)], [4, 5], steps=6, eval_size=8)
+    np.testing.assert_array_equal(halved["loss"], slower["loss"])
+    assert not np.array_equal(halved["loss"], start["loss"])
+    for bad in (-1, 7, 2.5):
+        with pytest.raises(ValueError, match="checkpoint"):
+            ex.train_groups(cfg, groups, [4, 5], steps=6, checkpoint=bad)
+
+
+@pytest.mark.parametrize("first", ["bos", "random"])
+def test_excess_loss_is_the_expected_loss_above_the_entropy_of_the_true_law(first):
+    task = ex.bigram_backcopy_task(
+        np.random.default_rng(0), n=8, n_tokens=6, n_triggers=2, trigger_rate=0.3, first=first
+    )
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True, sink="learned")
+    params = hz.init_params(cfg, task, [0, 1])
+    b = task.sample(np.random.default_rng(1), 4000)
+    excess = ex.excess_loss(params, cfg, task, b.x)
+    assert excess.shape == (2,) and (excess > 0).all()
+    # sampled targets: mean loss minus the entropy of the law they were drawn from has mean `excess`
+    V, T = 6, 2
+    law = task.options["table"][np.minimum(b.x[:, :-1], V - 1)]
+    law[:, 0] = (np.arange(V) >= T) / (V - T)
+    entropy = np.where(b.info["trigger"][:, :-1], 0.0, au.entropy(law))
+    d = ex.token_losses(params, cfg, task, b.x, b.y)[..., :-1] - entropy
+    se = d.std(axis=(1, 2)) / np.sqrt(d[0].size)
+    assert (np.abs(d.mean(axis=(1, 2)) - excess) < 5 * se).all()
