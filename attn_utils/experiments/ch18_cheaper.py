@@ -8,13 +8,17 @@
   local:global stack from its layer pattern.
 * Fixed sparse patterns: :func:`sparse_masks` (strided, after Child et al. 2019; window + global
   + random, after BigBird) and :func:`pattern_graph`, which turns per-layer masks into chapter 11's
-  :class:`~attn_utils.experiments.ch11_layers.LayerGraph` so that ``hop_distances`` gives path lengths.
+  :class:`~attn_utils.experiments.ch11_layers.LayerGraph` so that ``hop_distances`` gives path lengths;
+  :func:`pattern_layers_to_connect` counts the layers a cycle of masks needs to connect given pairs.
 * Linear attention: :func:`elu_features`, :func:`positive_random_features`;
   :func:`linear_attention_quadratic` (the masked ``n × n`` form) and :func:`linear_attention_recurrent`
-  (the ``d_φ × d_v`` state, token by token); every product goes through ``counted_matmul``.
+  (the ``d_v × d_φ`` state, token by token) and :func:`linear_attention_scan` (the same states as one prefix
+  sum); every product of the first two goes through ``counted_matmul``. :func:`elu_weight_limit`: the weights
+  ``elu + 1`` features tend to as the query is scaled up.
 * Random features: :func:`prf_kernel_estimates` (draws of the estimate of ``exp(q·k)``) and
   :func:`prf_variance` (its variance, derived).
-* Memory: :func:`additive_state`, :func:`delta_state` (write ``(k, v)`` pairs into a matrix state),
+* Memory: :func:`additive_state`, :func:`delta_state` (write ``(k, v)`` pairs into a matrix state, optionally
+  gated),
   :func:`recall` (read them back), :func:`least_squares_recall` and :func:`best_linear_residual` (the
   best any matrix state can do).
 
@@ -29,7 +33,7 @@ import numpy as np
 from ..attention import causal_mask, scaled_dot_product_attention
 from ..counting import counted_matmul
 from ..validation import as_float_array, check_axis_size, nonneg_int, positive_int
-from .ch11_layers import LayerGraph, restricted_attention_layer
+from .ch11_layers import LayerGraph, hop_distances, restricted_attention_layer
 
 # ---------------------------------------------------------------- windows and local:global stacks
 
@@ -147,6 +151,26 @@ def strided_path_layers(n: int, stride: int) -> int:
     return 1 if positive_int("n", n) <= positive_int("stride", stride) else 2
 
 
+def pattern_layers_to_connect(masks_cycle, target=None, max_layers: int | None = None) -> int:
+    """Fewest layers, layer ``ℓ`` using ``masks_cycle[ℓ mod len(masks_cycle)]``, after which chapter 11's
+    ``hop_distances`` is finite on every pair ``(i, j)`` with ``target[i, j]``.
+
+    target : (n, n) bools, default every pair. Raises ``ValueError`` if ``max_layers`` (default ``n``) layers
+    are not enough.
+    """
+    masks = tuple(np.asarray(m, bool) for m in masks_cycle)
+    n = pattern_graph(masks).n
+    target = np.ones((n, n), bool) if target is None else np.asarray(target, bool)
+    if target.shape != (n, n):
+        raise ValueError(f"target must be an (n, n) = {(n, n)} mask, received shape {target.shape}")
+    max_layers = n if max_layers is None else positive_int("max_layers", max_layers)
+    for n_layers in range(1, max_layers + 1):
+        graph = pattern_graph([masks[k % len(masks)] for k in range(n_layers)])
+        if np.isfinite(hop_distances(graph)[target]).all():
+            return n_layers
+    raise ValueError(f"the masks do not connect every target pair within max_layers={max_layers} layers")
+
+
 def window_layers_to_connect(n: int, window: int) -> int:
     """Causal window layers needed to connect position 0 to position ``n − 1``: ``⌈(n − 1)/(w − 1)⌉``."""
     n, window = positive_int("n", n), positive_int("window", window)
@@ -223,6 +247,34 @@ def linear_attention_recurrent(phi_q, phi_k, v) -> np.ndarray:
     return out
 
 
+def linear_attention_scan(phi_q, phi_k, v) -> np.ndarray:
+    """Causal linear attention with every state at once: ``S_t = Σ_{j ≤ t} v_j φ(k_j)ᵀ`` is a prefix sum
+    (an associative scan), here ``np.cumsum`` over the ``n`` outer products; the same for ``u_t``.
+
+    Same shapes and result as :func:`linear_attention_recurrent`; holds all ``n`` states of ``d_v × d_phi``
+    numbers, which is the memory that chunked kernels avoid.
+    """
+    phi_q, phi_k, v = _check_linear(phi_q, phi_k, v)
+    states = np.cumsum(v[..., :, :, None] * phi_k[..., :, None, :], axis=-3)  # (..., n, d_v, d_phi)
+    norms = np.cumsum(phi_k, axis=-2)  # (..., n, d_phi)
+    num = (states @ phi_q[..., :, :, None])[..., 0]
+    return num / (norms * phi_q).sum(axis=-1, keepdims=True)
+
+
+def elu_weight_limit(q, keys) -> np.ndarray:
+    """The linear-attention weights of query ``c·q`` as ``c → ∞`` with ``φ = elu + 1``.
+
+    ``φ(c q)/c → relu(q)`` (a negative component gives ``e^{c q_d}/c → 0``), so the weights tend to
+    ``relu(q)·φ(k_j) / Σ_i relu(q)·φ(k_i)``: a fixed vector, not one-hot. q : (d,); keys : (n, d) → (n,).
+    """
+    q, keys = as_float_array("q", q), as_float_array("keys", keys, min_ndim=2)
+    check_axis_size("keys", keys, -1, q.shape[-1], "d, the size of q")
+    if q.ndim != 1 or not (q > 0).any():
+        raise ValueError(f"q must be a vector (d,) with a positive component, received shape {q.shape}")
+    a = elu_features(keys) @ np.maximum(q, 0.0)
+    return a / a.sum()
+
+
 def linear_crossover(d_k: int, d_v: int, d_phi: int) -> float:
     """The length above which the recurrence costs fewer MACs than causal softmax attention computed
     densely: ``n·(d_k + d_v) = 2·d_v·d_phi + d_phi`` per query, so ``n* = (2·d_v·d_phi + d_phi)/(d_k + d_v)``."""
@@ -262,11 +314,19 @@ def _check_pairs(keys, values):
     return keys, values
 
 
-def additive_state(keys, values) -> np.ndarray:
+def additive_state(keys, values, gate: float = 1.0) -> np.ndarray:
     """``S = Σ_i v_i k_iᵀ`` (linear attention's state without normaliser). keys (..., n, d), values (..., n, d_v)
-    → (..., d_v, d)."""
+    → (..., d_v, d).
+
+    ``gate = λ < 1`` decays the state before each write, ``S_t = λ S_{t−1} + v_t k_tᵀ``, so that
+    ``S_n = Σ_i λ^{n−i} v_i k_iᵀ``.
+    """
     keys, values = _check_pairs(keys, values)
-    return counted_matmul(np.swapaxes(values, -1, -2), keys)
+    if not 0.0 < gate <= 1.0:
+        raise ValueError(f"gate must be in (0, 1], received {gate}")
+    n = keys.shape[-2]
+    decay = gate ** np.arange(n - 1, -1, -1.0)  # λ^{n−i} for i = 1 … n
+    return counted_matmul(np.swapaxes(values * decay[:, None], -1, -2), keys)
 
 
 def delta_state(keys, values, beta: float = 1.0, passes: int = 1, gate: float = 1.0) -> np.ndarray:
@@ -342,11 +402,14 @@ __all__ = [
     "sparse_masks",
     "pattern_graph",
     "strided_path_layers",
+    "pattern_layers_to_connect",
     "window_layers_to_connect",
     "elu_features",
     "positive_random_features",
     "linear_attention_quadratic",
     "linear_attention_recurrent",
+    "linear_attention_scan",
+    "elu_weight_limit",
     "linear_crossover",
     "prf_kernel_estimates",
     "prf_variance",

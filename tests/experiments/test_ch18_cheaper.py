@@ -106,6 +106,23 @@ def test_bigbird_mask_has_its_band_globals_and_distinct_random_keys():
         ex.sparse_masks("dilated", n)
 
 
+def test_pattern_layers_to_connect_counts_layers_of_a_mask_cycle():
+    n = 64
+    local, strided = ex.sparse_masks("strided", n, stride=8)
+    lower = np.tril(np.ones((n, n), bool))
+    assert ex.pattern_layers_to_connect([local, strided], lower) == ex.strided_path_layers(n, 8)
+    assert ex.pattern_layers_to_connect([local], lower) == ex.window_layers_to_connect(n, 8)
+    # a global token (sees and is seen by every position) connects every pair in two layers, whatever the
+    # random keys: j -> 0 -> i
+    for seed in range(4):
+        (bigbird,) = ex.sparse_masks("bigbird", n, window=3, n_global=1, n_random=2, rng=np.random.default_rng(seed))
+        assert ex.pattern_layers_to_connect([bigbird]) == 2
+    with pytest.raises(ValueError, match="max_layers"):
+        ex.pattern_layers_to_connect([local], lower, max_layers=2)
+    with pytest.raises(ValueError, match="target"):
+        ex.pattern_layers_to_connect([local], lower[:3])
+
+
 def test_window_layers_to_connect_agrees_with_chapter_11():
     for n, w in ((64, 8), (33, 5), (10, 10), (2, 2)):
         assert ex.window_layers_to_connect(n, w) == c11.layers_to_connect("attention", n, window=w)
@@ -137,6 +154,31 @@ def test_recurrence_equals_the_masked_quadratic_form(n, d_phi, d_v, seed):
     np.testing.assert_allclose(
         ex.linear_attention_recurrent(pq, pk, v), ex.linear_attention_quadratic(pq, pk, v), rtol=1e-10, atol=1e-12
     )
+
+
+@PROPS
+@given(st.integers(1, 20), st.integers(1, 6), st.integers(1, 5), st.integers(0, 2**31 - 1))
+def test_the_prefix_sum_gives_the_recurrences_output(n, d_phi, d_v, seed):
+    rng = np.random.default_rng(seed)
+    pq, pk = ex.elu_features(rng.standard_normal((2, n, d_phi))), ex.elu_features(rng.standard_normal((2, n, d_phi)))
+    v = rng.standard_normal((2, n, d_v))
+    np.testing.assert_allclose(
+        ex.linear_attention_scan(pq, pk, v), ex.linear_attention_recurrent(pq, pk, v), rtol=1e-10, atol=1e-12
+    )
+
+
+def test_elu_weights_tend_to_their_limit_as_the_query_grows():
+    rng = np.random.default_rng(9)
+    q, keys = rng.standard_normal(6), rng.standard_normal((10, 6))
+    limit = ex.elu_weight_limit(q, keys)
+    gaps = []
+    for c in (10.0, 100.0, 1000.0):
+        a = ex.elu_features(keys) @ ex.elu_features(c * q)
+        gaps.append(np.abs(a / a.sum() - limit).max())
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-3
+    assert limit.max() < 0.5
+    with pytest.raises(ValueError, match="positive component"):
+        ex.elu_weight_limit(-np.ones(6), keys)
 
 
 def test_counted_costs_of_both_forms():
@@ -197,6 +239,18 @@ def test_additive_state_recalls_orthonormal_keys_exactly_and_delta_replaces():
     again = rng.standard_normal((1, 3))
     S = ex.delta_state(np.vstack([keys, keys[:1]]), np.vstack([values, again]))
     np.testing.assert_allclose(ex.recall(S, keys[:1]), again, atol=1e-12)
+
+
+def test_gated_additive_state_is_the_decayed_recurrence():
+    rng = np.random.default_rng(10)
+    keys, values, lam = ex.unit_rows(rng, (2, 9, 5)), rng.standard_normal((2, 9, 3)), 0.8
+    S = np.zeros((2, 3, 5))
+    for t in range(9):
+        S = lam * S + values[:, t, :, None] * keys[:, t, None, :]
+    np.testing.assert_allclose(ex.additive_state(keys, values, gate=lam), S, atol=1e-12)
+    np.testing.assert_allclose(ex.additive_state(keys, values), ex.additive_state(keys, values, gate=1.0))
+    with pytest.raises(ValueError, match="gate"):
+        ex.additive_state(keys, values, gate=0.0)
 
 
 def test_delta_rule_makes_the_latest_unit_key_exact():
