@@ -4,7 +4,8 @@
 * :func:`init_stack_gradients`: residual MLP stacks at initialisation, Post-LN or Pre-LN, of several
   depths; the residual stream's variance and the gradient of each block's weights, by autograd.
 * :func:`train_stacks`: residual MLP stacks (no attention), Post-LN or Pre-LN, trained with the
-  harness's Adam over seeds and learning rates at once, with or without a linear warm-up.
+  harness's Adam (or plain SGD) over seeds and learning rates at once, with or without a linear warm-up;
+  the gradient by a hand-written backward pass, :func:`stack_loss_and_grad`.
 * :func:`norm_ops`: the elementwise operations each normalisation executes, counted from its code.
 """
 
