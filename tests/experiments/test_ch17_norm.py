@@ -89,6 +89,21 @@ def test_hand_gradient_matches_autograd(where):
     assert all(v.dtype == np.float32 for v in g32.values())
 
 
+def test_seed_data_reuses_a_longer_draw_exactly():
+    task = ex.teacher_task(np.random.default_rng(12), d_in=4, width=6, n_classes=3)
+    short = ex.seed_data(task, [1, 2], 1, 5)
+    long = ex.seed_data(task, [2, 1], 1, 9)  # draws anew (longer), in another seed order
+    again = ex.seed_data(task, [1], 1, 5)  # sliced from the longer draw
+    fresh = task.sample(np.random.default_rng([1, 1]), 5)
+    for got in (short, again):
+        np.testing.assert_array_equal(got[0][0], fresh[0])
+        np.testing.assert_array_equal(got[1][0], fresh[1])
+    np.testing.assert_array_equal(long[0][1, :5], fresh[0])
+    other = ex.teacher_task(np.random.default_rng(13), d_in=4, width=6, n_classes=3)
+    np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[0][0], fresh[0])  # the same inputs, its own labels
+    np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[1][0], other.sample(np.random.default_rng([1, 1]), 5)[1])
+
+
 def test_warmup_factor():
     np.testing.assert_allclose(ex.warmup_factor(5, [0, 10, 4]), [1.0, 0.5, 1.0])
     with pytest.raises(ValueError, match="t_warm"):
