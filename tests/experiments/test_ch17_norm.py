@@ -101,7 +101,8 @@ def test_seed_data_reuses_a_longer_draw_exactly():
     np.testing.assert_array_equal(long[0][1, :5], fresh[0])
     other = ex.teacher_task(np.random.default_rng(13), d_in=4, width=6, n_classes=3)
     np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[0][0], fresh[0])  # the same inputs, its own labels
-    np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[1][0], other.sample(np.random.default_rng([1, 1]), 5)[1])
+    own = other.sample(np.random.default_rng([1, 1]), 5)[1]
+    np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[1][0], own)
 
 
 def test_warmup_factor():
