@@ -4,7 +4,8 @@
 * :func:`init_stack_gradients`: residual MLP stacks at initialisation, Post-LN or Pre-LN, of several
   depths; the residual stream's variance and the gradient of each block's weights, by autograd.
 * :func:`train_stacks`: residual MLP stacks (no attention), Post-LN or Pre-LN, trained with the
-  harness's Adam over seeds and learning rates at once, with or without a linear warm-up.
+  harness's Adam (or plain SGD) over seeds and learning rates at once, with or without a linear warm-up;
+  the gradient by a hand-written backward pass, :func:`stack_loss_and_grad`.
 * :func:`norm_ops`: the elementwise operations each normalisation executes, counted from its code.
 """
 
@@ -16,7 +17,6 @@ from dataclasses import dataclass
 import autograd.numpy as anp
 import numpy as np
 from autograd import grad
-from autograd.tracer import getval
 
 from ..harness import training as tr
 from ..softmax import log_softmax_core
@@ -187,22 +187,6 @@ def last_block_gradient(draw, where: str) -> np.ndarray:
     return np.linalg.norm(hidden, axis=-1) * np.linalg.norm(proj, axis=-1) / (np.sqrt(d) * s)
 
 
-def depth_slopes(depths: Sequence[int], values: np.ndarray) -> np.ndarray:
-    """Per draw, the least-squares slope of ``log values`` against ``log(1 + L)``.
-
-    depths : (K,) stack depths; values : (N, K) a positive quantity per draw and depth.
-    Returns (N,) slopes: the exponent a in ``value ∝ (1 + L)^a``.
-    """
-    L = np.asarray(depths, float)
-    v = np.asarray(values, float)
-    if v.ndim != 2 or v.shape[1] != L.size or L.size < 2:
-        raise ValueError(f"values must be (N, {L.size}) for {L.size} ≥ 2 depths, received shape {v.shape}")
-    if (v <= 0).any() or (L < 0).any():
-        raise ValueError("values must be positive and depths non-negative")
-    t = np.log1p(L) - np.log1p(L).mean()
-    return (np.log(v) - np.log(v).mean(axis=1, keepdims=True)) @ t / (t @ t)
-
-
 def weighted_line(x: Sequence[float], values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Weighted least-squares line ``mean ≈ a + b x`` through the per-column means of ``values``.
 
@@ -262,9 +246,26 @@ def teacher_task(rng: np.random.Generator, d_in: int = 16, width: int = 32, n_cl
     return TeacherTask(rng.normal(0, d_in**-0.5, (d_in, width)), rng.standard_normal((width, n_classes)))
 
 
+_DRAWN: dict = {}  # (seed, stream) -> (x, y), the longest draw so far, for the task in _DRAWN["task"] only
+
+
 def seed_data(task: TeacherTask, seeds: Sequence[int], stream: int, count: int):
-    """``count`` examples per seed from ``default_rng([seed, stream])``: x (S, count, d_in), y (S, count)."""
-    parts = [task.sample(np.random.default_rng([s, stream]), count) for s in seeds]
+    """``count`` examples per seed from ``default_rng([seed, stream])``: x (S, count, d_in), y (S, count).
+
+    A generator draws in order, so the first rows of a longer draw are the shorter draw: each seed's
+    longest draw for the task last used is kept and sliced (the chapter's runs of 200 and 1600 steps, of
+    several depths and optimisers, share their batches without drawing them again).
+    """
+    count = positive_int("count", count)
+    if _DRAWN.get("task") is not task:
+        _DRAWN.clear()
+        _DRAWN["task"] = task
+    parts = []
+    for s in seeds:
+        kept = _DRAWN.get((s, stream))
+        if kept is None or kept[1].shape[0] < count:
+            kept = _DRAWN[(s, stream)] = task.sample(np.random.default_rng([s, stream]), count)
+        parts.append((kept[0][:count], kept[1][:count]))
     return np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
 
 
@@ -295,9 +296,9 @@ def init_stack(config: StackConfig, task: TeacherTask, seeds: Sequence[int]) -> 
     for s in seeds:
         rng = np.random.default_rng([s, 0])
         p = {"W_in": rng.normal(0, task.d_in**-0.5, (task.d_in, d))}
-        for l in range(L):
-            p[f"L{l}.W_1"] = rng.normal(0, (2 / d) ** 0.5, (d, f))
-            p[f"L{l}.W_2"] = rng.normal(0, f**-0.5, (f, d))
+        blocks = [(rng.normal(0, (2 / d) ** 0.5, (d, f)), rng.normal(0, f**-0.5, (f, d))) for _ in range(L)]
+        p["W_1"] = np.stack([b[0] for b in blocks])  # (L, d, f): block l's weights are W_1[l]
+        p["W_2"] = np.stack([b[1] for b in blocks])  # (L, f, d)
         p["W_out"] = rng.normal(0, d**-0.5, (d, task.n_classes))
         p["b_out"] = np.zeros(task.n_classes)
         per_seed.append(p)
@@ -307,8 +308,8 @@ def init_stack(config: StackConfig, task: TeacherTask, seeds: Sequence[int]) -> 
 def stack_logits(p: tr.Params, config: StackConfig, x):
     """Logits (S, B, C) of the models for inputs x (S, B, d_in)."""
     S, C, L = x.shape[0], p["b_out"].shape[-1], config.n_layers
-    w1 = [p[f"L{l}.W_1"] for l in range(L)]
-    w2 = [p[f"L{l}.W_2"] for l in range(L)]
+    w1 = [p["W_1"][:, l] for l in range(L)]
+    w2 = [p["W_2"][:, l] for l in range(L)]
     y, _ = residual_stack(anp.matmul(x, p["W_in"]), w1, w2, config.where)
     return anp.matmul(y, p["W_out"]) + anp.reshape(p["b_out"], (S, 1, C))
 
@@ -345,6 +346,80 @@ def warmup_factor(t: int, t_warm) -> np.ndarray:
     return np.where(t_warm > 0, np.minimum(1.0, t / np.maximum(t_warm, 1.0)), 1.0)
 
 
+_AVERAGERS: dict = {}  # (d, dtype) -> the (d, 1) column of 1/d
+
+
+def _mean(v):
+    """Mean over the last axis, kept: one matrix-vector product (over rows of 16 features, a third of the
+    time numpy's reduction takes)."""
+    key = (v.shape[-1], v.dtype)
+    if key not in _AVERAGERS:
+        _AVERAGERS[key] = np.full((v.shape[-1], 1), 1.0 / v.shape[-1], dtype=v.dtype)
+    return v @ _AVERAGERS[key]
+
+
+def _ln_forward(z):
+    """LayerNorm without gain and bias, keeping what its backward pass needs: ``(y, 1/σ)``."""
+    centred = z - _mean(z)
+    inv = 1.0 / np.sqrt(_mean(centred * centred) + EPS)
+    return centred * inv, inv
+
+
+def _ln_backward(dy, y, inv):
+    """∂ℓ/∂z from ∂ℓ/∂y for ``y = LN(z)``: ``(Π dy)/σ`` with Π the projection of the gradient proposition."""
+    return (dy - _mean(dy) - y * _mean(dy * y)) * inv
+
+
+def stack_loss_and_grad(p: tr.Params, config: StackConfig, x, y):
+    """Each slot's mean cross-entropy (S,) and its gradient, by a hand-written backward pass.
+
+    The same model as :func:`stack_logits` (whose autograd gradient the unit tests compare with this
+    one); written out because autograd's bookkeeping, not the arithmetic, dominates the cost of these
+    small stacks. x : (S, B, d_in); y : (S, B) int labels. Works in the parameters' dtype.
+    """
+    L, post = config.n_layers, config.where == "post"
+    h = x @ p["W_in"]
+    saved = []  # per block: (u, mask of relu, hidden a, the LN's (y, 1/σ))
+    for l in range(L):
+        w1, w2 = p["W_1"][:, l], p["W_2"][:, l]
+        ln = None if post else _ln_forward(h)
+        u = h if post else ln[0]
+        pre = u @ w1
+        a = np.maximum(pre, 0)
+        z = h + a @ w2
+        if post:
+            ln = _ln_forward(z)
+            h = ln[0]
+        else:
+            h = z
+        saved.append((u, pre > 0, a, ln))
+    out_ln = None if post else _ln_forward(h)
+    top = h if post else out_ln[0]
+    logits = top @ p["W_out"] + p["b_out"][:, None, :]
+    logp = log_softmax_core(logits)
+    onehot = y[..., None] == np.arange(logits.shape[-1])
+    loss = -(logp * onehot).sum(axis=-1).mean(axis=-1)
+    dlogits = (np.exp(logp) - onehot) / y.shape[-1]
+    g = {"W_out": top.mT @ dlogits, "b_out": dlogits.sum(axis=1)}
+    g["W_1"], g["W_2"] = np.empty_like(p["W_1"]), np.empty_like(p["W_2"])
+    dh = dlogits @ p["W_out"].mT
+    if not post:
+        dh = _ln_backward(dh, *out_ln)
+    for l in reversed(range(L)):
+        u, on, a, ln = saved[l]
+        dz = _ln_backward(dh, *ln) if post else dh
+        g["W_2"][:, l] = a.mT @ dz
+        da = (dz @ p["W_2"][:, l].mT) * on
+        g["W_1"][:, l] = u.mT @ da
+        du = da @ p["W_1"][:, l].mT
+        dh = dz + (du if post else _ln_backward(du, *ln))
+    g["W_in"] = x.mT @ dh
+    return loss, g
+
+
+OPTIMISERS = ("adam", "sgd")
+
+
 def train_stacks(
     config: StackConfig,
     task: TeacherTask,
@@ -354,54 +429,56 @@ def train_stacks(
     steps: int = 150,
     batch_size: int = 32,
     eval_size: int = 512,
+    optimizer: str = "adam",
+    dtype: str = "float64",
 ) -> StackRuns:
-    """Train one model per (warm-up, rate, seed) with the harness's Adam, in one vectorised loop.
+    """Train one model per (warm-up, rate, seed) with the harness's Adam (or plain SGD), in one
+    vectorised loop (:func:`stack_loss_and_grad`, :func:`attn_utils.harness.training.optimise`).
 
     For a given seed every (warm-up, rate) starts from the same parameters and sees the same batches
     (paired runs). ``warmups`` : lengths of a linear warm-up in updates (0 = constant rate).
+    ``optimizer`` : ``"adam"`` or ``"sgd"`` (plain, no momentum); ``dtype`` : ``"float64"`` or
+    ``"float32"`` (the same draws, rounded; about twice as fast).
     """
     seeds = tr.seed_tuple(seeds)
     lrs = tuple(positive_scalar("lrs", r) for r in lrs)
     warmups = tuple(int(w) for w in warmups)
     if not lrs or not warmups:
         raise ValueError(f"lrs and warmups must be non-empty, received {lrs} and {warmups}")
+    if optimizer not in OPTIMISERS:
+        raise ValueError(f"optimizer must be one of {OPTIMISERS}, received {optimizer!r}")
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be 'float64' or 'float32', received {dtype!r}")
     warmup_factor(1, warmups)  # validates
     steps = positive_int("steps", steps)
     W, R, S = len(warmups), len(lrs), len(seeds)
     n = W * R
     base = init_stack(config, task, seeds)
-    params = {k: np.concatenate([v] * n) for k, v in base.items()}
+    params = {k: np.concatenate([v] * n).astype(dtype) for k, v in base.items()}
     slot_rate = np.repeat(np.tile(np.asarray(lrs, float), W), S)
     slot_warm = np.repeat(np.asarray(warmups, float), R * S)
 
     def per_slot(values):
-        return {k: values.reshape((n * S,) + (1,) * (v.ndim - 1)) for k, v in params.items()}
+        return {k: values.reshape((n * S,) + (1,) * (v.ndim - 1)).astype(dtype) for k, v in params.items()}
 
     x, y = seed_data(task, seeds, 1, steps * batch_size)
-    xs = np.concatenate([x] * n).reshape(n * S, steps, batch_size, -1).swapaxes(0, 1)
+    xs = np.concatenate([x] * n).astype(dtype).reshape(n * S, steps, batch_size, -1).swapaxes(0, 1)
     ys = np.concatenate([y] * n).reshape(n * S, steps, batch_size).swapaxes(0, 1)
-    last = {}
-
-    def total(q, xb, yb):
-        values = _cross_entropy(stack_logits(q, config, xb), yb)
-        last["loss"] = values
-        return anp.sum(values)
-
-    total_grad = grad(total)
 
     def objective(p, xb, yb):
-        g = total_grad(p, xb, yb)  # each slot's parameters get their own loss's gradient
-        return np.asarray(getval(last["loss"])), g
+        return stack_loss_and_grad(p, config, xb, yb)
 
-    step = tr.adam(params, per_slot(slot_rate), schedule=lambda t: per_slot(warmup_factor(t, slot_warm)))
+    factory = tr.adam if optimizer == "adam" else tr.sgd
+    schedule = None if not any(warmups) else lambda t: per_slot(warmup_factor(t, slot_warm))
+    step = factory(params, per_slot(slot_rate), schedule=schedule)
     with np.errstate(all="ignore"):
         losses, params = tr.optimise(objective, params, xs, ys, step)
         out = {}
         for name, stream in (("eval", 2), ("select", 5)):
             xe, ye = seed_data(task, seeds, stream, eval_size)
-            xe, ye = np.concatenate([xe] * n), np.concatenate([ye] * n)
+            xe, ye = np.concatenate([xe] * n).astype(dtype), np.concatenate([ye] * n)
             logits = stack_logits(params, config, xe)
-            out[name] = np.asarray(_cross_entropy(logits, ye)).reshape(W, R, S)
+            out[name] = np.asarray(_cross_entropy(logits, ye), float).reshape(W, R, S)
             if name == "eval":
                 out["acc"] = (logits.argmax(-1) == ye).mean(axis=-1).reshape(W, R, S)
     return StackRuns(config, warmups, lrs, losses.reshape(steps, W, R, S), out["eval"], out["acc"], out["select"])

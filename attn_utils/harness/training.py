@@ -697,16 +697,21 @@ def adam(params: Params, lr, beta1: float = 0.9, beta2: float = 0.999, eps=1e-8,
     return step
 
 
-def sgd(params: Params, lr, momentum: float = 0.0):
-    """SGD with optional momentum: ``step(params, grads, t) -> params``; ``lr`` as in :func:`adam`."""
+def sgd(params: Params, lr, momentum: float = 0.0, schedule=None):
+    """SGD with optional momentum: ``step(params, grads, t) -> params``; ``lr`` and ``schedule``
+    (the rate of update ``t`` is ``lr · schedule(t)``) as in :func:`adam`."""
+    if schedule is not None and not callable(schedule):
+        raise TypeError(f"schedule must be callable (t -> factor) or None, received {type(schedule).__name__}")
     lr = _per_parameter("lr", lr, params)
     vel = {k: np.zeros_like(v) for k, v in params.items()}
 
     def step(params: Params, grads: Params, t: int) -> Params:
         out = {}
+        factor = None if schedule is None else _per_parameter("schedule(t)", schedule(t), params)
         for k in params:
             vel[k] = momentum * vel[k] + grads[k]
-            out[k] = params[k] - lr[k] * vel[k]
+            rate = lr[k] if factor is None else lr[k] * factor[k]
+            out[k] = params[k] - rate * vel[k]
         return out
 
     return step

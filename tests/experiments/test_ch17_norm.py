@@ -65,12 +65,44 @@ def test_stack_gradient_matches_closed_form_and_stream_laws():
         ex.depth_sweep(np.random.default_rng(3), (8,), placements=("middle",))
 
 
-def test_depth_slopes_recover_a_power_law():
-    depths = np.array([1, 2, 4, 8])
-    values = np.stack([3.0 * (1 + depths) ** -0.5, 2.0 * (1 + depths) ** 0.25])
-    np.testing.assert_allclose(ex.depth_slopes(depths, values), [-0.5, 0.25], rtol=1e-12)
-    with pytest.raises(ValueError, match="values must be"):
-        ex.depth_slopes(depths, values[:, :3])
+@pytest.mark.parametrize("where", ex.PLACEMENTS)
+def test_hand_gradient_matches_autograd(where):
+    """stack_loss_and_grad's backward pass, written out, against autograd through stack_logits."""
+    import autograd.numpy as anp
+
+    task = ex.teacher_task(np.random.default_rng(10), d_in=6, width=8, n_classes=3)
+    cfg = ex.StackConfig(where=where, d_model=8, d_ff=12, n_layers=3)
+    p = ex.init_stack(cfg, task, [1, 2])
+    p = {k: v + 0.1 * np.random.default_rng(11).standard_normal(v.shape) for k, v in p.items()}  # b_out ≠ 0
+    x, y = ex.seed_data(task, [1, 2], 1, 5)
+    loss, g = ex.stack_loss_and_grad(p, cfg, x, y)
+
+    def total(q):
+        return anp.sum(ex._cross_entropy(ex.stack_logits(q, cfg, x), y))
+
+    want = grad(total)(p)
+    assert set(g) == set(p)
+    for k in p:
+        np.testing.assert_allclose(g[k], want[k], rtol=1e-9, atol=1e-12, err_msg=k)
+    np.testing.assert_allclose(loss.sum(), total(p), rtol=1e-12)
+    g32 = ex.stack_loss_and_grad({k: v.astype("float32") for k, v in p.items()}, cfg, x.astype("float32"), y)[1]
+    assert all(v.dtype == np.float32 for v in g32.values())
+
+
+def test_seed_data_reuses_a_longer_draw_exactly():
+    task = ex.teacher_task(np.random.default_rng(12), d_in=4, width=6, n_classes=3)
+    short = ex.seed_data(task, [1, 2], 1, 5)
+    long = ex.seed_data(task, [2, 1], 1, 9)  # draws anew (longer), in another seed order
+    again = ex.seed_data(task, [1], 1, 5)  # sliced from the longer draw
+    fresh = task.sample(np.random.default_rng([1, 1]), 5)
+    for got in (short, again):
+        np.testing.assert_array_equal(got[0][0], fresh[0])
+        np.testing.assert_array_equal(got[1][0], fresh[1])
+    np.testing.assert_array_equal(long[0][1, :5], fresh[0])
+    other = ex.teacher_task(np.random.default_rng(13), d_in=4, width=6, n_classes=3)
+    np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[0][0], fresh[0])  # the same inputs, its own labels
+    own = other.sample(np.random.default_rng([1, 1]), 5)[1]
+    np.testing.assert_array_equal(ex.seed_data(other, [1], 1, 5)[1][0], own)
 
 
 def test_warmup_factor():
@@ -90,6 +122,15 @@ def test_train_stacks_shapes_pairing_and_seed_independence():
     np.testing.assert_allclose(one.loss[:, 0, 0, 0], both.loss[:, 1, 1, 1], rtol=1e-9)
     with pytest.raises(ValueError, match="lrs and warmups"):
         ex.train_stacks(cfg, task, [5], [], steps=2)
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        ex.train_stacks(cfg, task, [5], [1e-2], steps=2, optimizer="rmsprop")
+    with pytest.raises(ValueError, match="dtype must be"):
+        ex.train_stacks(cfg, task, [5], [1e-2], steps=2, dtype="float16")
+    # plain SGD with a warm-up: the first update of a 5-step warm-up is a fifth of the constant rate's
+    sgd = ex.train_stacks(cfg, task, [5], [0.5], warmups=(0, 5), steps=2, batch_size=4, eval_size=16, optimizer="sgd")
+    assert np.isfinite(sgd.loss).all() and sgd.loss[1, 0, 0, 0] != sgd.loss[1, 1, 0, 0]
+    f32 = ex.train_stacks(cfg, task, [6], [3e-2], warmups=(5,), steps=6, batch_size=4, eval_size=16, dtype="float32")
+    np.testing.assert_allclose(f32.loss, one.loss, rtol=1e-4)  # the same draws, rounded
 
 
 def test_norm_ops_counts():

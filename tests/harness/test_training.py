@@ -32,6 +32,7 @@ from attn_utils.harness.training import (
     per_seed_loss,
     query_key_vectors,
     register_score,
+    sgd,
     step_batches,
     train,
 )
@@ -412,6 +413,33 @@ def test_adam_schedule_multiplies_the_rate_of_each_update():
         np.testing.assert_allclose(first_warm[k] - params[k], (first_full[k] - params[k]) / 4, rtol=1e-12)
     with pytest.raises(TypeError, match="schedule must be callable"):
         adam(params, 0.1, schedule=0.5)
+
+
+def test_sgd_schedule_multiplies_the_rate_of_each_update():
+    """The same opt-in ``schedule`` for SGD: update t moves by ``lr · schedule(t) · velocity``, one factor
+    per parameter allowed; no schedule leaves SGD unchanged."""
+    rng = np.random.default_rng(1)
+    params = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(4)}
+    grads = [{k: rng.standard_normal(v.shape) for k, v in params.items()} for _ in range(5)]
+
+    def run(step):
+        p = dict(params)
+        for t, g in enumerate(grads, start=1):
+            p = step(p, g, t)
+        return p
+
+    for momentum in (0.0, 0.9):
+        plain, none = run(sgd(params, 0.1, momentum)), run(sgd(params, 0.1, momentum, schedule=None))
+        assert all(np.array_equal(plain[k], none[k]) for k in params)
+    p = dict(params)
+    warm = sgd(params, 0.1, schedule=lambda t: {"a": min(1.0, t / 4), "b": 1.0})
+    for t, g in enumerate(grads, start=1):
+        new = warm(p, g, t)
+        np.testing.assert_allclose(new["a"], p["a"] - 0.1 * min(1.0, t / 4) * g["a"], rtol=1e-14)
+        np.testing.assert_allclose(new["b"], p["b"] - 0.1 * g["b"], rtol=1e-14)
+        p = new
+    with pytest.raises(TypeError, match="schedule must be callable"):
+        sgd(params, 0.1, schedule=0.5)
 
 
 # ------------------------------------------------------------------ the sink key
