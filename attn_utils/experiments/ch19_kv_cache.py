@@ -77,6 +77,19 @@ class MLAConfig:
         """Key/value heads of width d_h that a GQA model caches as much with: ``(d_c + d_rope)/(2 d_h)``."""
         return (self.d_c + self.d_rope) / (2 * self.d_h)
 
+    def decode_attention_intensity(self, h_kv: int | None = None, bytes_per_number: int = 2) -> float:
+        """FLOPs per byte of cache that decoding attention does (per cached token and layer, one query).
+
+        ``h_kv = None``: absorbed MLA, each of the h heads scores the (d_c + d_rope)-wide cached key and
+        averages the d_c-wide latent, ``2·h·(2 d_c + d_rope)`` FLOPs over ``(d_c + d_rope)·bytes_per_number``
+        bytes. ``h_kv`` given: MHA/GQA with h_kv key/value heads of width d_h, ``2·h·2 d_h`` FLOPs over
+        ``2·h_kv·d_h·bytes_per_number`` bytes. The projections (weights, shared by the batch) are not counted.
+        """
+        b = positive_int("bytes_per_number", bytes_per_number)
+        if h_kv is None:
+            return 2 * self.h * (2 * self.d_c + self.d_rope) / ((self.d_c + self.d_rope) * b)
+        return 2 * self.h * 2 * self.d_h / (2 * positive_int("h_kv", h_kv) * self.d_h * b)
+
     def as_mha(self, h_kv: int | None = None) -> TransformerConfig:
         """The multi-head (``h_kv = h``) or grouped-query model with the same layers and heads of width d_h."""
         h_kv = self.h if h_kv is None else h_kv
@@ -84,13 +97,16 @@ class MLAConfig:
         return TransformerConfig(f"{self.name} widths, {label}", self.n_layers, self.d_model, self.h, h_kv, self.d_h)
 
 
-DEEPSEEK_V2_SOURCE = "DeepSeek-AI 2024, arXiv:2405.04434 v5, Section 3.1.2 (model hyper-parameters) and Table 1"
+DEEPSEEK_V2_SOURCE = (
+    "DeepSeek-AI 2024, arXiv:2405.04434 v5 = deepseek-v2-tech-report.pdf in github.com/deepseek-ai/DeepSeek-V2 at "
+    "commit c15bff2, Section 3.1.2 (model hyper-parameters), Section 2.1.4 and the Table 1 caption (2.25 groups)"
+)
 
 DEEPSEEK_V2 = MLAConfig("DeepSeek-V2", 60, 5120, 128, 128, 512, d_c_q=1536, d_rope=64, source=DEEPSEEK_V2_SOURCE)
 """DeepSeek-V2: 60 layers, hidden dimension 5120, n_h = 128 heads of d_h = 128, KV compression dimension
 d_c = 512, query compression dimension d_c' = 1536, decoupled rotary queries and key of d_h^R = 64 per head
-(Section 3.1.2 of the paper). Table 1 gives the cache per token as (d_c + d_h^R)·l ≈ (9/2)·d_h·l elements,
-"equal to GQA with only 2.25 groups"."""
+(Section 3.1.2 of the paper). Table 1 gives the cache per token as (d_c + d_h^R)·l ≈ (9/2)·d_h·l elements;
+Section 2.1.4 and the Table 1 caption call it "equal to GQA with only 2.25 groups"."""
 
 
 # ---------------------------------------------------------------- one MLA layer
@@ -157,27 +173,28 @@ def _output(o_heads: np.ndarray, W_o: np.ndarray) -> np.ndarray:
     return np.einsum("hnd,hde->ne", o_heads, W_o)
 
 
-def mla_explicit(p: MLAParams, x, rope_mode: str = "decoupled") -> np.ndarray:
+def mla_explicit(p: MLAParams, x, rope_mode: str = "decoupled", positions=None) -> np.ndarray:
     """Causal MLA over tokens ``x`` (n, d_model), computed the long way (keys and values up-projected).
 
     rope_mode : ``"none"`` — content scores only, scale ``1/√d_h``; ``"decoupled"`` — each head's query
         ``[q_C; q_R]`` against the key ``[k_C; k_R]`` with the shared rotary key, scale ``1/√(d_h + d_rope)``
         (DeepSeek-V2); ``"content"`` — RoPE applied to the content queries and keys themselves, scale
         ``1/√d_h`` (the design that cannot be absorbed).
+    positions : (n,) the tokens' positions for the rotations (default 0 … n−1).
     Returns the layer output (n, d_model).
     """
     x = _inputs(x, p)
     n, d_h, d_rope = x.shape[0], p.W_uk.shape[-1], p.W_kr.shape[-1]
-    c, k_r = mla_cache(p, x)
+    c, k_r = mla_cache(p, x, positions)
     k = c @ p.W_uk  # (h, n, d_h): one key per head and token, up-projected from the latent
     v = c @ p.W_uv  # (h, n, d_h)
     q = x @ p.W_q  # (h, n, d_h)
     if rope_mode == "none":
         scale = d_h**-0.5
     elif rope_mode == "content":
-        q, k, scale = rope(q), rope(k), d_h**-0.5
+        q, k, scale = rope(q, positions), rope(k, positions), d_h**-0.5
     elif rope_mode == "decoupled":
-        q = np.concatenate([q, _rotate(x @ p.W_qr)], axis=-1)
+        q = np.concatenate([q, _rotate(x @ p.W_qr, positions)], axis=-1)
         k = np.concatenate([k, np.broadcast_to(k_r, (k.shape[0], n, d_rope))], axis=-1)
         scale = (d_h + d_rope) ** -0.5
     else:
@@ -186,7 +203,9 @@ def mla_explicit(p: MLAParams, x, rope_mode: str = "decoupled") -> np.ndarray:
     return _output(o, p.W_o)
 
 
-def mla_absorbed(p: MLAParams, x, rope_mode: str = "decoupled", scale: float | None = None) -> np.ndarray:
+def mla_absorbed(
+    p: MLAParams, x, rope_mode: str = "decoupled", scale: float | None = None, positions=None, cache=None
+) -> np.ndarray:
     """The same layer as :func:`mla_explicit` without ever forming keys or values: attention over the cache.
 
     Each head's content query is mapped into the latent space, ``q̃_i = q_i W_uk[i]ᵀ`` (d_c wide), and
@@ -197,15 +216,23 @@ def mla_absorbed(p: MLAParams, x, rope_mode: str = "decoupled", scale: float | N
     into the output projection. ``scale`` defaults to the explicit layer's: ``1/√d_h``, or
     ``1/√(d_h + d_rope)`` with the decoupled key; the latent's width d_c plays no part in it.
     rope_mode ``"none"`` or ``"decoupled"`` (the content-RoPE layer has no absorbed form).
+    positions : (n,) the tokens' positions for the rotations (default 0 … n−1). cache : ``(c, k_R)`` to
+    attend to instead of :func:`mla_cache` of ``x`` at ``positions`` (same number of tokens), e.g. a cache
+    computed elsewhere.
     """
     x = _inputs(x, p)
     n, d_h, d_rope = x.shape[0], p.W_uk.shape[-1], p.W_kr.shape[-1]
-    c, k_r = mla_cache(p, x)
+    c, k_r = mla_cache(p, x, positions) if cache is None else cache
+    if c.shape != (n, p.W_dkv.shape[1]) or k_r.shape != (n, d_rope):
+        raise ValueError(
+            f"cache must be (c, k_R) of shapes {(n, p.W_dkv.shape[1])} and {(n, d_rope)}, "
+            f"received {c.shape} and {k_r.shape}"
+        )
     q_latent = (x @ p.W_q) @ np.swapaxes(p.W_uk, -1, -2)  # (h, n, d_c): W_uk absorbed into the query
     if rope_mode == "none":
         q, keys, default = q_latent, c, d_h**-0.5
     elif rope_mode == "decoupled":
-        q = np.concatenate([q_latent, _rotate(x @ p.W_qr)], axis=-1)
+        q = np.concatenate([q_latent, _rotate(x @ p.W_qr, positions)], axis=-1)
         keys, default = np.concatenate([c, k_r], axis=-1), (d_h + d_rope) ** -0.5
     else:
         raise ValueError(
@@ -280,7 +307,8 @@ def quantize(x, bits: int, axis: int):
     groups a token's channels (per-token quantisation), ``axis=-2`` a channel's tokens (per-channel).
     Each group stores ``lo = min`` and ``scale = (max − min)/(2^bits − 1)`` in float16 and the codes
     ``round((x − lo)/scale)`` in 0 … 2^bits − 1. Returns ``(codes uint8, scale float16, lo float16)``;
-    :func:`dequantize` inverts it up to half a step, ``scale/2``.
+    :func:`dequantize` inverts it up to half a step, ``scale/2`` (slightly more, about 1.0005·scale/2 at
+    most, because ``lo`` and ``scale`` are rounded to float16).
     """
     x = as_float_array("x", x, min_ndim=2)
     bits = positive_int("bits", bits)

@@ -23,6 +23,15 @@ def test_deepseek_v2_cache_counts():
     assert ds.as_mha(8).h_kv == 8 and ds.as_mha(1).name.endswith("MQA")
 
 
+def test_decode_attention_intensity():
+    ds = ex.DEEPSEEK_V2
+    assert ds.decode_attention_intensity() == pytest.approx(2 * 128 * (2 * 512 + 64) / (576 * 2))  # ≈ 242
+    assert ds.decode_attention_intensity(h_kv=128) == pytest.approx(1.0)  # MHA in 16 bits: 1 FLOP per byte
+    assert ds.decode_attention_intensity(h_kv=8) == pytest.approx(16.0)
+    with pytest.raises(ValueError, match="bytes_per_number"):
+        ds.decode_attention_intensity(bytes_per_number=0)
+
+
 def test_mla_config_refuses_bad_widths():
     with pytest.raises(ValueError, match="d_c"):
         ex.MLAConfig("x", 2, 64, 4, 16, 0)
@@ -52,6 +61,21 @@ def test_absorbed_equals_explicit(seed, h, d_rope, n):
     x = rng.standard_normal((n, 12))
     for mode in ("none", "decoupled"):
         np.testing.assert_allclose(ex.mla_absorbed(p, x, mode), ex.mla_explicit(p, x, mode), atol=1e-10, rtol=1e-10)
+
+
+def test_decoupled_rope_depends_on_relative_positions_only():
+    """Shifting every position leaves the output unchanged; a cache rotated at other positions changes it."""
+    rng = np.random.default_rng(4)
+    p = ex.init_mla(rng, 12, 2, 4, 6, 4)
+    x = rng.standard_normal((7, 12))
+    shifted = np.arange(7) + 500
+    for mode in ("decoupled", "content"):
+        np.testing.assert_allclose(ex.mla_explicit(p, x, mode, shifted), ex.mla_explicit(p, x, mode), atol=1e-10)
+    np.testing.assert_allclose(ex.mla_absorbed(p, x, positions=shifted), ex.mla_explicit(p, x), atol=1e-10)
+    stale = ex.mla_absorbed(p, x, cache=ex.mla_cache(p, x, shifted))
+    assert np.abs(stale - ex.mla_explicit(p, x)).max() > 1e-3
+    with pytest.raises(ValueError, match="cache must be"):
+        ex.mla_absorbed(p, x, cache=ex.mla_cache(p, x[:3]))
 
 
 def test_absorbed_refuses_content_rope_and_unknown_modes():
