@@ -143,6 +143,14 @@ def test_split_kv_equals_attention_for_any_split(seed, n_parts):
     np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], rtol=0, atol=1e-12)
 
 
+def test_split_kv_with_empty_splits():
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((2, 3, 4))
+    k, v = rng.standard_normal((2, 2, 40, 4))
+    out = ex.split_kv_attention(q, k, v, np.array([0, 0, 10, 10, 40, 40]), rng).out
+    np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], rtol=0, atol=1e-12)
+
+
 def test_merge_rejects_bad_input():
     rng = np.random.default_rng(3)
     q, k, v = rng.standard_normal((3, 4, 2))
