@@ -97,8 +97,9 @@ def partial_attention(q, k, v, scale: float | None = None, *, mask=None, block_s
 def merge(a: Partial, b: Partial) -> Partial:
     """Merge the partial results of two disjoint key sets into the result over their union.
 
-    ``L = log(e^{L_a} + e^{L_b})``, ``out = e^{L_a - L} out_a + e^{L_b - L} out_b``. Exponents are never
-    positive, so large logits cannot overflow; a part with ``L = -inf`` (no visible key) gets weight 0.
+    ``L = M + log(e^{L_a - M} + e^{L_b - M})`` with ``M = max(L_a, L_b)`` (``np.logaddexp``),
+    ``out = e^{L_a - L} out_a + e^{L_b - L} out_b``. Exponents are never positive, so large logits cannot
+    overflow; a part with ``L = -inf`` (no visible key) gets weight 0.
     """
     if not isinstance(a, Partial) or not isinstance(b, Partial):
         raise TypeError(f"merge needs two Partial results, received {type(a).__name__} and {type(b).__name__}")

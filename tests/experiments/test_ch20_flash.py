@@ -65,6 +65,22 @@ def test_square_tiles_closed_form(n_blocks):
     assert t.computed_entries * 2 * n_blocks == (n_blocks + 1) * (n_blocks * b) ** 2
 
 
+@PROPS
+@given(st.integers(1, 300), st.integers(1, 40), st.integers(1, 40))
+def test_rectangular_tiles_do_at_least_the_work_of_square_tiles_of_the_larger_side(n, b_q, b_k):
+    """Equal when the smaller side divides the larger; never less (the chapter's sentence on rectangular tiles)."""
+    big = max(b_q, b_k)
+    rect = ex.causal_tile_counts(n, b_q, b_k).computed_entries
+    square = ex.causal_tile_counts(n, big, big).computed_entries
+    assert rect >= square
+    if big % min(b_q, b_k) == 0:
+        assert rect == square
+
+
+def test_rectangular_tiles_can_do_more_than_square_tiles_of_the_larger_side():
+    assert ex.causal_tile_counts(1000, 96, 64).computed_entries > ex.causal_tile_counts(1000, 96, 96).computed_entries
+
+
 def test_one_by_one_tiles_have_no_masked_tile():
     """With b = 1 each diagonal tile is one visible entry: the count of masked tiles n_B needs b >= 2."""
     t = ex.causal_tile_counts(6, 1, 1)
@@ -124,6 +140,14 @@ def test_split_kv_equals_attention_for_any_split(seed, n_parts):
     cuts = ex.random_split(40, n_parts, rng)
     assert cuts[0] == 0 and cuts[-1] == 40 and np.all(np.diff(cuts) >= 0) and len(cuts) == n_parts + 1
     out = ex.split_kv_attention(q, k, v, cuts, rng).out
+    np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], rtol=0, atol=1e-12)
+
+
+def test_split_kv_with_empty_splits():
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((2, 3, 4))
+    k, v = rng.standard_normal((2, 2, 40, 4))
+    out = ex.split_kv_attention(q, k, v, np.array([0, 0, 10, 10, 40, 40]), rng).out
     np.testing.assert_allclose(out, scaled_dot_product_attention(q, k, v)[0], rtol=0, atol=1e-12)
 
 
