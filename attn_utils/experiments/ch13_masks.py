@@ -229,7 +229,9 @@ def _merge_unchecked(x):
     return np.swapaxes(x, -3, -2).reshape(*x.shape[:-3], x.shape[-2], -1)
 
 
-def attend_with_cache(x, layers, h: int, keep, *, caches=None, positions=None, rotate=None, policy: str = "zero"):
+def attend_with_cache(
+    x, layers, h: int, keep, *, caches=None, positions=None, rotate=None, key_positions=None, policy: str = "zero"
+):
     """New positions ``x`` through residual self-attention layers ``x + MHA(x)``, against cached keys and values.
 
     x : (B, m, d_model) the new positions; layers : list of dicts of (d, d) matrices ``W_q, W_k, W_v, W_o``;
@@ -238,7 +240,8 @@ def attend_with_cache(x, layers, h: int, keep, *, caches=None, positions=None, r
     positions followed by the m new ones; rotate, positions : a rotary embedding ``rotate(x, positions)``
     (chapter 14's :func:`~attn_utils.experiments.ch14_positions.rope`) applied to every head's queries and
     keys at the (m,) positions of the new tokens, values untouched (cached keys are stored rotated), or
-    None for no positions.
+    None for no positions. key_positions : (m,) positions at which the new keys are rotated, if they
+    differ from the queries' (default ``positions``); the chapter uses a mismatch only as a bug to rule out.
     Returns ``(outputs (B, m, d_model), caches)`` with every layer's cache extended by the m positions.
     """
     m = x.shape[-2]
@@ -247,12 +250,15 @@ def attend_with_cache(x, layers, h: int, keep, *, caches=None, positions=None, r
         raise ValueError(f"keep must end in (m, c + m) = ({m}, {n_keys}) or (1, c + m), received {np.shape(keep)}")
     if (rotate is None) != (positions is None):
         raise ValueError("rotate and positions go together: pass both (rotary positions) or neither")
+    if key_positions is not None and rotate is None:
+        raise ValueError("key_positions needs rotate and positions")
+    key_positions = positions if key_positions is None else key_positions
     split, merge = (split_heads, merge_heads) if policy == "zero" else (_split_unchecked, _merge_unchecked)
     new_caches = []
     for i, layer in enumerate(layers):
         q, k, v = (split(x @ layer[name], h) for name in ("W_q", "W_k", "W_v"))
         if rotate is not None:
-            q, k = rotate(q, positions), rotate(k, positions)
+            q, k = rotate(q, positions), rotate(k, key_positions)
         if caches is not None:
             k, v = (np.concatenate([old, new], axis=-2) for old, new in zip(caches[i], (k, v)))
         new_caches.append((k, v))
@@ -281,11 +287,23 @@ def cached_decode(prompt, new_tokens, layers, h: int, keep_prompt, *, use_key_ma
     prompt's padding mask followed by ``True`` for every generated position, or nothing at all when
     ``use_key_mask`` is False (a single new query sees every cached key, so no causal mask is needed).
     ``rotate`` (a rotary embedding ``rotate(x, positions)``, e.g. chapter 14's ``rope``) rotates queries and
-    keys by their column index (prompt 0 … P−1, step t at P + t):
-    rotary scores depend only on offsets, so a shift common to a sequence, such as its left padding,
-    changes nothing. Returns the outputs of the last layer at the new positions, (B, T, d).
+    keys by their column index (prompt 0 … P−1, step t at P + t): rotary scores depend only on offsets,
+    so a shift common to a sequence, such as its left padding, changes nothing. With right padding the
+    new tokens would sit P − L columns too far from a prompt of length L, so ``rotate`` requires
+    left-padded (or unpadded) prompts and raises ValueError otherwise.
+    Returns the outputs of the last layer at the new positions, (B, T, d).
     """
     B, P, _ = prompt.shape
+    keep_prompt = np.asarray(keep_prompt, dtype=bool)
+    if keep_prompt.shape != (B, P):
+        raise ValueError(f"keep_prompt must have shape (B, P) = ({B}, {P}), received {keep_prompt.shape}")
+    padding_after_real = (keep_prompt[:, :-1] & ~keep_prompt[:, 1:]).any(axis=1)
+    if rotate is not None and padding_after_real.any():
+        raise ValueError(
+            "rotate needs left-padded (or unpadded) prompts: rows "
+            f"{np.flatnonzero(padding_after_real).tolist()} of keep_prompt have padding after a real token "
+            "(right padding would rotate the new tokens by their column, not their position in the sequence)"
+        )
     keep = keep_prompt[:, None, None, :] & causal_mask(P)
     _, caches = attend_with_cache(
         prompt, layers, h, keep, positions=None if rotate is None else np.arange(P), rotate=rotate

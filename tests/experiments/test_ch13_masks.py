@@ -389,6 +389,33 @@ def test_cached_decode_rotary_ignores_left_padding():
     np.testing.assert_allclose(padded, alone, atol=1e-12, rtol=0)
 
 
+def test_cached_decode_rotary_rejects_right_padding():
+    """Right padding puts the new tokens P − L columns after a prompt of length L: refused, not silently wrong."""
+    rng = np.random.default_rng(3)
+    layers = _layers(rng)
+    prompt, new = rng.standard_normal((2, 6, 8)), rng.standard_normal((2, 3, 8))
+    keep = ex.padding_keep([6, 4], 6, "right")
+    with pytest.raises(ValueError, match=r"left-padded.*rows \[1\]"):
+        ex.cached_decode(prompt, new, layers, 2, keep, rotate=rope)
+    with pytest.raises(ValueError, match="keep_prompt must have shape"):
+        ex.cached_decode(prompt, new, layers, 2, keep[:, :5])
+    ex.cached_decode(prompt, new, layers, 2, keep)  # without positions right padding is fine (tested above)
+
+
+def test_attend_with_cache_key_positions_default_and_mismatch():
+    """key_positions defaults to positions; keys rotated elsewhere than the queries change the outputs."""
+    rng = np.random.default_rng(6)
+    layers, x = _layers(rng), rng.standard_normal((1, 5, 8))
+    pos = np.arange(5)
+    ref, _ = ex.attend_with_cache(x, layers, 2, causal_mask(5), positions=pos, rotate=rope)
+    same, _ = ex.attend_with_cache(x, layers, 2, causal_mask(5), positions=pos, rotate=rope, key_positions=pos)
+    np.testing.assert_array_equal(same, ref)
+    mixed, _ = ex.attend_with_cache(x, layers, 2, causal_mask(5), positions=pos + 3, rotate=rope, key_positions=pos)
+    assert np.abs(mixed - ref).max() > 1e-3
+    with pytest.raises(ValueError, match="key_positions needs rotate"):
+        ex.attend_with_cache(x, layers, 2, causal_mask(5), key_positions=pos)
+
+
 def test_token_losses_mark_missing_targets_nan():
     rng = np.random.default_rng(4)
     out, w = rng.standard_normal((3, 4)), rng.standard_normal((4, 5))
