@@ -415,7 +415,7 @@ SHEET_PREAMBLE = r"""\documentclass[9pt]{extarticle}
 \DeclareMathSizes{9}{9}{7}{7}
 \DeclareMathSizes{8}{8}{7}{7}
 \pagestyle{empty}
-\renewcommand{\arraystretch}{1.1}
+\renewcommand{\arraystretch}{1.08}
 \newcolumntype{L}[1]{>{\raggedright\arraybackslash\hsize=#1\hsize}X}
 \begin{document}
 """
@@ -429,7 +429,7 @@ def sheet_tex(chapters: list[Chapter], paper: str) -> str:
         shade = r"\rowcolor{shade}" if ch.number % 2 == 0 else ""
         rows.append(
             f"{shade}\\textbf{{{ch.number}}} & \\textbf{{{r.tex(ch, s['ask'])}}}\\newline "
-            f"{{\\small {r.tex(ch, ch.first_question_zh)}}} & {r.tex(ch, s['answer'])} & "
+            f"{{\\footnotesize {r.tex(ch, ch.first_question_zh)}}} & {r.tex(ch, s['answer'])} & "
             f"{r.tex(ch, s['formula'])} & {r.tex(ch, s['remember'])} \\\\ \\hline"
         )
     return (
@@ -440,7 +440,7 @@ def sheet_tex(chapters: list[Chapter], paper: str) -> str:
         + r"& \textbf{Question · 问题} & \textbf{Answer} & \textbf{Formula} & \textbf{Number to remember} \\ \hline"
         + "\n"
         + "\n".join(rows)
-        + "\n\\end{tabularx}\n\n\\smallskip\n{\\footnotesize Numbers are computed in the chapters "
+        + "\n\\end{tabularx}\n\n{\\footnotesize Numbers are computed in the chapters "
         + "(run on the committed notebooks); each chapter derives its answer and checks it by running code.}\n"
         + "\\end{document}\n"
     )
