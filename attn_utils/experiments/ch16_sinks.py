@@ -11,7 +11,8 @@
 * :func:`backcopy_parking`, :func:`token_losses` — where an idle query's weight goes (BOS, the null key,
   its own token) and the per-position losses.
 * :func:`excess_loss` — how far a model's expected loss sits above the lowest any model can reach (a
-  convergence measure that cannot be faked by a rate that decays to 0).
+  convergence measure that cannot be faked by a rate that decays to 0); :func:`bigram_excess` — the
+  same for the best model whose head learned nothing (it never copies).
 * :func:`window_cache`, :func:`stream_losses` — the window caches of StreamingLLM over long streams.
 * :func:`gaussian_entropy`, :func:`softcap`, :func:`softcap_grad` — the entropy of softmax over Gaussian
   logits, and logit soft-capping.
@@ -266,6 +267,29 @@ def excess_loss(params: dict, config: hz.ModelConfig, task: hz.Task, x) -> np.nd
     law[trigger] = np.eye(V)[x[..., :-2][trigger[..., 1:]]]
     kl = (law * (np.log(np.where(law > 0, law, 1.0)) - logp)).sum(axis=-1)  # (S, B, n − 1)
     return kl.mean(axis=tuple(range(1, kl.ndim)))
+
+
+def bigram_excess(task: hz.Task, x) -> np.ndarray:
+    """The excess loss (as in :func:`excess_loss`) of the best model that predicts each next token from the
+    current token alone, a head that learned nothing, per slot (S,) for x of shape (S, B, n).
+
+    Its prediction equals the true law everywhere except after a trigger, where the target copies the
+    token before the trigger; there it can only predict the law of that token given the trigger,
+    ``q(a | t)``, and pays ``−ln q(x_{i−1} | x_i)``. ``q`` is the empirical law in ``x`` (all slots
+    pooled), the best such predictor on this very sample, so the value is a lower bound for any
+    predictor that ignores the token before the trigger."""
+    T, V = task.options["n_triggers"], task.options["n_tokens"]
+    x = np.asarray(x)
+    if x.ndim != 3:
+        raise ValueError(f"x must have shape (slots, batch, n), received shape {x.shape}")
+    trig, prev = x[..., 1:-1], x[..., :-2]  # the scored trigger positions i = 1 … n − 2 and their x_{i−1}
+    is_trig = trig < T
+    counts = np.zeros((T, V))
+    np.add.at(counts, (trig[is_trig], prev[is_trig]), 1.0)
+    q = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1.0)
+    nll = np.zeros(trig.shape)
+    nll[is_trig] = -np.log(q[trig[is_trig], prev[is_trig]])
+    return nll.sum(axis=(1, 2)) / (x.shape[1] * (x.shape[2] - 1))  # mean over the n − 1 scored positions
 
 
 def value_norms(params: dict, config: hz.ModelConfig, task: hz.Task, x) -> np.ndarray:

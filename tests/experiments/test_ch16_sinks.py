@@ -229,3 +229,21 @@ def test_excess_loss_is_the_expected_loss_above_the_entropy_of_the_true_law(firs
     d = ex.token_losses(params, cfg, task, b.x, b.y)[..., :-1] - entropy
     se = d.std(axis=(1, 2)) / np.sqrt(d[0].size)
     assert (np.abs(d.mean(axis=(1, 2)) - excess) < 5 * se).all()
+
+
+def test_bigram_excess_is_the_cost_of_never_copying():
+    task = ex.bigram_backcopy_task(np.random.default_rng(0), n=8, n_tokens=6, n_triggers=2, trigger_rate=0.3)
+    x = np.stack([task.sample(np.random.default_rng(s), 2000).x for s in (1, 2)])
+    got = ex.bigram_excess(task, x)
+    # by hand: -ln q(x_{i-1} | x_i) at every trigger, with q the pooled empirical law, over all n - 1 scored positions
+    trig, prev = x[..., 1:-1].ravel(), x[..., :-2].ravel()
+    keep = trig < 2
+    q = {(t, a): np.mean(prev[keep][trig[keep] == t] == a) for t in (0, 1) for a in range(6)}
+    nll = np.array([-np.log(q[t, a]) if t < 2 else 0.0 for t, a in zip(trig, prev)]).reshape(2, -1)
+    np.testing.assert_allclose(got, nll.sum(axis=1) / (2000 * 7))
+    assert (got > 0.05).all()  # never copying costs something on this task
+    # an untrained model pays more than the bigram model
+    cfg = hz.ModelConfig(d_model=8, d_k=4, causal=True)
+    assert (ex.excess_loss(hz.init_params(cfg, task, [0, 1]), cfg, task, x) > got).all()
+    with pytest.raises(ValueError, match="x must have shape"):
+        ex.bigram_excess(task, x[0])
