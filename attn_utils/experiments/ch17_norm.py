@@ -326,7 +326,9 @@ class StackRuns:
 
     loss : (steps, W, R, S) training loss before each update; eval_loss, accuracy : (W, R, S) on
     held-out data (``default_rng([seed, 2])``); select_loss : (W, R, S) on a second held-out set
-    (``default_rng([seed, 5])``), for choosing a rate without touching the evaluation data.
+    (``default_rng([seed, 5])``), for choosing a rate without touching the evaluation data;
+    accuracy_at : {step: (W, R, S)}, the held-out accuracy after that many updates, for each step of
+    ``eval_at``.
     """
 
     config: StackConfig
@@ -336,6 +338,7 @@ class StackRuns:
     eval_loss: np.ndarray
     accuracy: np.ndarray
     select_loss: np.ndarray
+    accuracy_at: dict
 
 
 def warmup_factor(t: int, t_warm) -> np.ndarray:
@@ -431,6 +434,7 @@ def train_stacks(
     eval_size: int = 512,
     optimizer: str = "adam",
     dtype: str = "float64",
+    eval_at: Sequence[int] = (),
 ) -> StackRuns:
     """Train one model per (warm-up, rate, seed) with the harness's Adam (or plain SGD), in one
     vectorised loop (:func:`stack_loss_and_grad`, :func:`attn_utils.harness.training.optimise`).
@@ -438,7 +442,8 @@ def train_stacks(
     For a given seed every (warm-up, rate) starts from the same parameters and sees the same batches
     (paired runs). ``warmups`` : lengths of a linear warm-up in updates (0 = constant rate).
     ``optimizer`` : ``"adam"`` or ``"sgd"`` (plain, no momentum); ``dtype`` : ``"float64"`` or
-    ``"float32"`` (the same draws, rounded; about twice as fast).
+    ``"float32"`` (the same draws, rounded; about twice as fast); ``eval_at`` : steps (1 … steps − 1)
+    after which the held-out accuracy is also measured, mid-run.
     """
     seeds = tr.seed_tuple(seeds)
     lrs = tuple(positive_scalar("lrs", r) for r in lrs)
@@ -451,6 +456,9 @@ def train_stacks(
         raise ValueError(f"dtype must be 'float64' or 'float32', received {dtype!r}")
     warmup_factor(1, warmups)  # validates
     steps = positive_int("steps", steps)
+    eval_at = tuple(int(k) for k in eval_at)
+    if any(not 0 < k < steps for k in eval_at):
+        raise ValueError(f"eval_at must hold steps between 1 and steps − 1 = {steps - 1}, received {eval_at}")
     W, R, S = len(warmups), len(lrs), len(seeds)
     n = W * R
     base = init_stack(config, task, seeds)
@@ -471,17 +479,31 @@ def train_stacks(
     factory = tr.adam if optimizer == "adam" else tr.sgd
     schedule = None if not any(warmups) else lambda t: per_slot(warmup_factor(t, slot_warm))
     step = factory(params, per_slot(slot_rate), schedule=schedule)
+    held_out = {}
+    for name, stream in (("eval", 2), ("select", 5)):
+        xe, ye = seed_data(task, seeds, stream, eval_size)
+        held_out[name] = np.concatenate([xe] * n).astype(dtype), np.concatenate([ye] * n)
+
+    def accuracy(logits):
+        return (logits.argmax(-1) == held_out["eval"][1]).mean(axis=-1).reshape(W, R, S)
+
+    accuracy_at = {}
+
+    def record(t, p, _):
+        if t in eval_at:
+            accuracy_at[t] = accuracy(stack_logits(p, config, held_out["eval"][0]))
+
     with np.errstate(all="ignore"):
-        losses, params = tr.optimise(objective, params, xs, ys, step)
+        losses, params = tr.optimise(objective, params, xs, ys, step, record=record if eval_at else None)
         out = {}
-        for name, stream in (("eval", 2), ("select", 5)):
-            xe, ye = seed_data(task, seeds, stream, eval_size)
-            xe, ye = np.concatenate([xe] * n).astype(dtype), np.concatenate([ye] * n)
+        for name, (xe, ye) in held_out.items():
             logits = stack_logits(params, config, xe)
             out[name] = np.asarray(_cross_entropy(logits, ye), float).reshape(W, R, S)
             if name == "eval":
-                out["acc"] = (logits.argmax(-1) == ye).mean(axis=-1).reshape(W, R, S)
-    return StackRuns(config, warmups, lrs, losses.reshape(steps, W, R, S), out["eval"], out["acc"], out["select"])
+                out["acc"] = accuracy(logits)
+    return StackRuns(
+        config, warmups, lrs, losses.reshape(steps, W, R, S), out["eval"], out["acc"], out["select"], accuracy_at
+    )
 
 
 # --------------------------------------------------------------------------- counting the work of a norm

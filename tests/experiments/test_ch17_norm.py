@@ -87,6 +87,8 @@ def test_hand_gradient_matches_autograd(where):
     np.testing.assert_allclose(loss.sum(), total(p), rtol=1e-12)
     g32 = ex.stack_loss_and_grad({k: v.astype("float32") for k, v in p.items()}, cfg, x.astype("float32"), y)[1]
     assert all(v.dtype == np.float32 for v in g32.values())
+    for k in p:  # the same gradient, rounded: float32's relative precision is about 6e-8
+        np.testing.assert_allclose(g32[k], g[k], rtol=1e-3, atol=1e-6, err_msg=k)
 
 
 def test_seed_data_reuses_a_longer_draw_exactly():
@@ -131,6 +133,16 @@ def test_train_stacks_shapes_pairing_and_seed_independence():
     assert np.isfinite(sgd.loss).all() and sgd.loss[1, 0, 0, 0] != sgd.loss[1, 1, 0, 0]
     f32 = ex.train_stacks(cfg, task, [6], [3e-2], warmups=(5,), steps=6, batch_size=4, eval_size=16, dtype="float32")
     np.testing.assert_allclose(f32.loss, one.loss, rtol=1e-4)  # the same draws, rounded
+    # a mid-run evaluation after k updates is the final evaluation of a run of k steps (same weights, batches)
+    mid = ex.train_stacks(
+        cfg, task, [5, 6], [1e-2, 3e-2], warmups=(0, 5), steps=6, batch_size=4, eval_size=16, eval_at=(3,)
+    )
+    short = ex.train_stacks(cfg, task, [5, 6], [1e-2, 3e-2], warmups=(0, 5), steps=3, batch_size=4, eval_size=16)
+    assert set(mid.accuracy_at) == {3} and short.accuracy_at == {}
+    np.testing.assert_array_equal(mid.accuracy_at[3], short.accuracy)
+    np.testing.assert_array_equal(mid.accuracy, both.accuracy)
+    with pytest.raises(ValueError, match="eval_at must hold steps"):
+        ex.train_stacks(cfg, task, [5], [1e-2], steps=4, eval_at=(4,))
 
 
 def test_norm_ops_counts():
