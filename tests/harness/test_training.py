@@ -389,10 +389,9 @@ def test_the_objective_checks_its_batch_like_the_loss():
         optimise(f, params, batch.x[:0], batch.y[:0], adam(params, 0.1))
 
 
-def test_adam_schedule_multiplies_the_rate_of_each_update():
-    """``schedule(t)`` scales update t's rate: a constant factor is the same as a smaller rate, a linear
-    warm-up's first update is 1/t_warm of the full one, and no schedule leaves Adam unchanged."""
-    rng = np.random.default_rng(0)
+def _five_updates(seed: int):
+    """Two parameters and five random gradients; ``run(step)`` applies the five updates of an optimiser."""
+    rng = np.random.default_rng(seed)
     params = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(4)}
     grads = [{k: rng.standard_normal(v.shape) for k, v in params.items()} for _ in range(5)]
 
@@ -401,6 +400,14 @@ def test_adam_schedule_multiplies_the_rate_of_each_update():
         for t, g in enumerate(grads, start=1):
             p = step(p, g, t)
         return p
+
+    return params, run, grads
+
+
+def test_adam_schedule_multiplies_the_rate_of_each_update():
+    """``schedule(t)`` scales update t's rate: a constant factor is the same as a smaller rate, a linear
+    warm-up's first update is 1/t_warm of the full one, and no schedule leaves Adam unchanged."""
+    params, run, grads = _five_updates(0)
 
     half, scheduled = run(adam(params, 0.05)), run(adam(params, 0.1, schedule=lambda t: 0.5))
     for k in params:
@@ -418,15 +425,7 @@ def test_adam_schedule_multiplies_the_rate_of_each_update():
 def test_sgd_schedule_multiplies_the_rate_of_each_update():
     """The same opt-in ``schedule`` for SGD: update t moves by ``lr · schedule(t) · velocity``, one factor
     per parameter allowed; no schedule leaves SGD unchanged."""
-    rng = np.random.default_rng(1)
-    params = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(4)}
-    grads = [{k: rng.standard_normal(v.shape) for k, v in params.items()} for _ in range(5)]
-
-    def run(step):
-        p = dict(params)
-        for t, g in enumerate(grads, start=1):
-            p = step(p, g, t)
-        return p
+    params, run, grads = _five_updates(1)
 
     for momentum in (0.0, 0.9):
         plain, none = run(sgd(params, 0.1, momentum)), run(sgd(params, 0.1, momentum, schedule=None))
